@@ -1,0 +1,70 @@
+# satbed: `make experiment` and `make test` on a fresh Debian/Ubuntu machine, as root.
+# Each target installs what is missing first, so a green run never depends on
+# something installed by hand.
+
+SHELL := /bin/bash
+PY := /usr/bin/python3
+export PATH := /usr/local/go/bin:$(PATH)
+export PYTHONPATH := $(CURDIR)
+export GOFLAGS := -buildvcs=false
+
+# Debian packages satbed uses (control plane, testbed, clients, analysis).
+DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest mininet \
+        iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
+        openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
+        procps psmisc git ca-certificates
+
+GO_BINARIES := satemu pepd saratoga
+BIN := $(CURDIR)/bin
+
+.PHONY: all deps go build experiment test test-go test-py bench clean lint
+
+all: build
+
+deps: .deps.stamp
+.deps.stamp: Makefile
+	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@$(MAKE) --no-print-directory go
+	@touch $@
+
+# Go: use the one on PATH when new enough; else Debian's golang-go, which
+# fetches the toolchain go.mod asks for through the module proxy.
+go:
+	@if ! command -v go >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go >/dev/null; \
+	fi
+	@go version
+
+build: deps
+	@mkdir -p $(BIN)
+	go build -o $(BIN)/satemu ./emulator/cmd/satemu
+	go build -o $(BIN)/pepd ./pep/cmd/pepd
+	go build -o $(BIN)/saratoga ./clients/saratoga/cmd/saratoga
+	@install -m 0755 scripts/satbed /usr/local/bin/satbed.tmp && \
+	  sed -i 's#^here=.*#here=$(CURDIR)#' /usr/local/bin/satbed.tmp && mv /usr/local/bin/satbed.tmp /usr/local/bin/satbed
+	@echo "built: $(GO_BINARIES) in bin/, satbed on PATH"
+
+experiment: build
+	$(PY) -m satbed run --client ping --pep none --out runs
+
+test: build test-go test-py
+
+test-go:
+	go vet ./...
+	go test -count=1 ./...
+
+test-py:
+	$(PY) -m pytest -q tests
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	go vet ./...
+
+clean:
+	-$(PY) -m satbed clean
+	rm -rf $(BIN) .deps.stamp

@@ -1,0 +1,3 @@
+from satbed.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""tcpdump at each vantage point: per interface (never `-i any`), headers only
+by default, started before the transfer so the SYNs are kept, stopped with
+SIGINT so the file ends cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from satbed.errors import SatbedError
+from satbed.net import Intf
+
+SNAPLEN = {"headers": 128, "full": 0}
+MODES = ("headers", "full", "none")
+
+
+@dataclass
+class Capture:
+    vantage: str
+    intf: Intf
+    path: str
+    proc: subprocess.Popen | None = None
+
+
+class Captures:
+    def __init__(self, vantages: dict[str, Intf], run_dir: str, mode: str = "headers"):
+        if mode not in MODES:
+            raise SatbedError(f"unknown capture mode {mode!r} (known: {', '.join(MODES)})")
+        self.mode = mode
+        self.dir = os.path.join(run_dir, "captures")
+        self.items = [Capture(v, i, os.path.join(self.dir, f"{v}.pcap")) for v, i in vantages.items()]
+
+    def start(self) -> None:
+        if self.mode == "none":
+            return
+        os.makedirs(self.dir, exist_ok=True)
+        for c in self.items:
+            c.proc = c.intf.node.popen(["tcpdump", "-i", c.intf.name, "-s", str(SNAPLEN[self.mode]),
+                                        "-n", "-U", "-w", c.path],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # tcpdump says "listening on" once its socket is open; wait for it so
+        # the first SYN is not missed.
+        for c in self.items:
+            line = b""
+            deadline = time.monotonic() + 10
+            while b"listening on" not in line:
+                if c.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SatbedError(f"tcpdump on {c.intf.name} did not start: {line.decode(errors='replace').strip()}")
+                line = c.proc.stderr.readline()
+
+    def stop(self) -> dict:
+        summary = {}
+        for c in self.items:
+            if c.proc is None:
+                continue
+            if c.proc.poll() is None:
+                c.proc.send_signal(signal.SIGINT)
+            try:
+                _, err = c.proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                c.proc.kill()
+                _, err = c.proc.communicate()
+            stats = [ln for ln in err.decode(errors="replace").splitlines() if "packets" in ln]
+            summary[c.vantage] = {"interface": c.intf.name, "node": c.intf.node.name,
+                                  "file": os.path.relpath(c.path, os.path.dirname(self.dir)),
+                                  "snaplen": SNAPLEN[self.mode], "tcpdump": stats}
+            c.proc = None
+        return summary

@@ -1,0 +1,112 @@
+"""satbed's command line. Every failure the user can cause ends in one line
+on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from satbed import __version__
+from satbed.errors import SatbedError
+from satbed.units import parse_size
+
+
+def _terminate(signum, frame):
+    # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
+    raise SystemExit(128 + signum)
+
+
+def link_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("satellite link")
+    g.add_argument("--rate", help="sustained rate each way, e.g. 8mbit (default: the study's HTB, "
+                                  "8mbit ceil 10mbit cburst 128k)")
+    g.add_argument("--ceil", help="HTB ceil (default: the rate)")
+    g.add_argument("--rtt", default="0", help="round-trip delay in ms (split evenly), default 0")
+    g.add_argument("--ber", default="0", help="bit-error rate on both directions, default 0")
+    g.add_argument("--queue", type=int, default=None, help="bottleneck queue in packets (default 1000)")
+    g.add_argument("--emulator", default="auto", choices=("auto", "userspace", "tc", "bridge"),
+                   help="auto: tc where the kernel has netem, else userspace")
+    g.add_argument("--seed", type=int, default=1, help="seed for errors and file contents")
+
+
+def link_from(args: argparse.Namespace):
+    from satbed.emulation import LinkConfig
+    extra = {"queue_packets": args.queue} if args.queue else {}
+    return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
+                                backend=args.emulator, seed=args.seed, **extra)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from satbed import runner
+    cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
+                           link=link_from(args), size_bytes=parse_size(args.size),
+                           direction=args.direction, topology=args.topology,
+                           captures=args.captures, seed=args.seed, analyze=not args.no_analysis)
+    run_dir, result = runner.run(cfg, args.out)
+    print(run_dir)
+    summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
+                                      "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds") if k in result}
+    print(json.dumps(summary, sort_keys=True))
+    return 0 if result.get("integrity", "ok") == "ok" else 1
+
+
+def cmd_cli(args: argparse.Namespace) -> int:
+    from mininet.cli import CLI
+
+    from satbed import topology
+    from satbed.testbed import testbed
+    with testbed(topology.load(args.topology)) as tb:
+        print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
+        CLI(tb.mininet())
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from satbed.proc import require_root
+    from satbed.testbed import clean
+    require_root()
+    done = clean()
+    print("\n".join(done) if done else "nothing to clean")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="satbed", description="network-emulation testbed for satellite links")
+    p.add_argument("--version", action="version", version=f"satbed {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="one experiment on a fresh testbed")
+    r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
+    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...)")
+    r.add_argument("--pep-options", default="", help="key=value options passed to the PEP adapter")
+    r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
+    r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
+    r.add_argument("--topology", default="globalhawk")
+    r.add_argument("--captures", default="headers", help="headers (default), full or none")
+    r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
+    r.add_argument("--out", default="runs", help="results directory (default ./runs)")
+    link_args(r)
+    r.set_defaults(fn=cmd_run)
+
+    c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
+    c.add_argument("--topology", default="globalhawk")
+    c.set_defaults(fn=cmd_cli)
+
+    k = sub.add_parser("clean", help="remove what killed runs left behind")
+    k.set_defaults(fn=cmd_clean)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except SatbedError as e:
+        print(f"satbed: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("satbed: interrupted; testbed removed", file=sys.stderr)
+        return 130

@@ -1,0 +1,52 @@
+"""The client contract: an adapter starts its server on one end host, runs its
+client on the other, and reports start, end, bytes and errors as metrics."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from satbed.net import Host
+
+
+@dataclass
+class ClientContext:
+    ground: Host            # Client A
+    aircraft: Host          # Client B
+    direction: str          # "download": aircraft sends to ground; "upload": the reverse
+    size_bytes: int
+    run_dir: str
+    rate_bps: int | None    # the satellite link's sustained rate, for timeouts
+    rtt_ms: float
+    seed: int = 1
+
+    @property
+    def sender(self) -> Host:
+        return self.aircraft if self.direction == "download" else self.ground
+
+    @property
+    def receiver(self) -> Host:
+        return self.ground if self.direction == "download" else self.aircraft
+
+    def path(self, *parts: str) -> str:
+        p = os.path.join(self.run_dir, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    def transfer_timeout(self, floor_bps: float = 100_000) -> float:
+        """A bound on how long a transfer may take: generous (a buffer-limited
+        FTP at 600 ms is slow) but finite, so a stalled transfer never hangs."""
+        rate = max(floor_bps, (self.rate_bps or 1e9) / 20)
+        return 60 + 10 * self.rtt_ms / 1000 + self.size_bytes * 8 / rate
+
+
+class Client(ABC):
+    name: str = ""
+    tools: tuple[str, ...] = ()     # binaries that must exist on the end hosts
+    tcp: bool = True
+    interactive: bool = False
+
+    @abstractmethod
+    def run(self, ctx: ClientContext) -> dict:
+        """Run one measurement; return the metrics for result.json."""

@@ -1,0 +1,44 @@
+"""ICMP echo from Client A to Client B: the testbed's first sanity check."""
+
+from __future__ import annotations
+
+import re
+
+from satbed.clients.base import Client, ClientContext
+from satbed.errors import SatbedError
+
+_SUMMARY = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+_LOSS = re.compile(r"(\d+) packets transmitted, (\d+) received")
+_TTL = re.compile(r"ttl=(\d+)")
+
+
+class Ping(Client):
+    name = "ping"
+    tools = ("ping",)
+    tcp = False
+    count = 10
+
+    def run(self, ctx: ClientContext) -> dict:
+        wait = max(2, int(2 * ctx.rtt_ms / 1000) + 2)
+        cp = ctx.ground.run(["ping", "-n", "-c", str(self.count), "-i", "0.2", "-W", str(wait),
+                             str(ctx.aircraft.ip.ip)],
+                            timeout=self.count * 0.2 + wait + 10, check=False)
+        with open(ctx.path("logs", "ping.txt"), "w", encoding="utf-8") as f:
+            f.write(cp.stdout + cp.stderr)
+        return parse(cp.stdout)
+
+
+def parse(out: str) -> dict:
+    counts = _LOSS.search(out)
+    if not counts:
+        raise SatbedError("ping printed no statistics")
+    sent, received = int(counts.group(1)), int(counts.group(2))
+    result = {"client": "ping", "sent": sent, "received": received,
+              "loss": (sent - received) / sent if sent else 1.0}
+    summary = _SUMMARY.search(out)
+    if summary:
+        mn, avg, mx, mdev = (float(x) for x in summary.groups())
+        result.update(rtt_ms_min=mn, rtt_ms_avg=avg, rtt_ms_max=mx, rtt_ms_mdev=mdev)
+    ttls = sorted({int(t) for t in _TTL.findall(out)})
+    result["ttl"] = ttls
+    return result

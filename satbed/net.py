@@ -1,0 +1,220 @@
+"""The node vocabulary satbed is built from, after Mininet's Node/Link/Intf:
+
+- Node: a network stack where processes run (a network namespace here; a
+  container on the Docker backend), with ports (Intf).
+- Host: an end host with one port, eth0, and an IP address.
+- TransparentNode: two ports and no IP address; forwards frames between them
+  (a bridge, a PEP on a bridge, or the satellite emulator).
+- Link: a veth pair joining two ports.
+
+Everything above this module (testbed, runner, clients, PEPs) uses only run(),
+popen() and the names below, so a Docker-backed node can stand in for a
+namespace node without anything above it changing."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from typing import Sequence
+
+from mininet.node import Node as MininetNode
+
+from satbed.errors import SatbedError
+from satbed.proc import last_line
+from satbed.records import RunRecord, netns_inode
+
+OFFLOADS = ("tso", "gso", "gro", "tx")   # tx: checksum offload; raw sockets would see partial sums
+
+
+class Intf:
+    """One port of a node: `port` is its name in the topology, `name` the device."""
+
+    def __init__(self, node: "Node", port: str, name: str):
+        self.node, self.port, self.name = node, port, name
+
+    def __str__(self) -> str:
+        return self.name
+
+    def offloads(self) -> dict[str, str]:
+        out = self.node.run(["ethtool", "-k", self.name], check=False).stdout
+        state = {}
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("tcp-segmentation-offload", "generic-segmentation-offload",
+                               "generic-receive-offload", "tx-checksumming", "rx-checksumming"):
+                state[key.strip()] = value.split()[0] if value.split() else ""
+        return state
+
+
+class Node:
+    """A network namespace with a Mininet shell in it; processes it starts are recorded."""
+
+    def __init__(self, name: str, short: str, prefix: str, record: RunRecord):
+        self.name, self.short, self.prefix, self.record = name, short, prefix, record
+        self.intfs: dict[str, Intf] = {}
+        self.procs: list[subprocess.Popen] = []
+        # inNamespace: a fresh netns held by the shell; every popen joins it.
+        self.mn = MininetNode(f"{prefix}-{name}", inNamespace=True)
+        self.pid: int = self.mn.pid
+        record.netns[name] = netns_inode(self.pid) or 0
+        record.add_pid(self.pid)
+        self.run(["ip", "link", "set", "lo", "up"])
+        # No stray IPv6 link-local addresses or router solicitations in captures.
+        self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", must=False)
+        self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", must=False)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def intf_name(self, port: str) -> str:
+        return f"{self.prefix}-{self.short}{port}"[:15]
+
+    def popen(self, args: Sequence[str], **kwargs) -> subprocess.Popen:
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        try:
+            proc = self.mn.popen(list(args), **kwargs)
+        except FileNotFoundError:
+            raise SatbedError(f"missing tool: {args[0]}") from None
+        self.procs.append(proc)
+        self.record.add_pid(proc.pid)
+        return proc
+
+    def run(self, args: Sequence[str], timeout: float = 30, check: bool = True,
+            input: str | None = None) -> subprocess.CompletedProcess:
+        proc = self.popen(args, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                          text=True)
+        try:
+            out, err = proc.communicate(input=input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise SatbedError(f"{self.name}: timed out after {timeout:g}s: {' '.join(args)}") from None
+        finally:
+            self.procs.remove(proc)
+        if check and proc.returncode != 0:
+            raise SatbedError(f"{self.name}: {' '.join(args)} failed: {last_line(err or out)}")
+        return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
+
+    def sysctl(self, key: str, value: str, must: bool = True) -> bool:
+        cp = self.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+        if must and cp.returncode != 0:
+            raise SatbedError(f"{self.name}: cannot set {key}={value}: {last_line(cp.stderr)}")
+        return cp.returncode == 0
+
+    def add_intf(self, port: str, name: str) -> Intf:
+        intf = Intf(self, port, name)
+        self.intfs[port] = intf
+        return intf
+
+    def prepare_intf(self, intf: Intf, mtu: int) -> None:
+        self.run(["ip", "link", "set", intf.name, "mtu", str(mtu)])
+        self.run(["ethtool", "-K", intf.name, "tso", "off", "gso", "off", "gro", "off", "tx", "off"])
+        self.run(["ip", "link", "set", intf.name, "up"])
+
+    def stop(self) -> None:
+        for proc in list(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in list(self.procs):
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=3)
+        self.procs.clear()
+        # Killing the shell drops the last reference to the namespace, and
+        # with it every veth end inside.
+        self.mn.stop(deleteIntfs=False)
+
+
+class Host(Node):
+    def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
+                 ip: ipaddress.IPv4Interface):
+        super().__init__(name, short, prefix, record)
+        self.ip = ip
+
+    @property
+    def eth0(self) -> Intf:
+        return self.intfs["eth0"]
+
+    def configure(self, mtu: int) -> None:
+        self.prepare_intf(self.eth0, mtu)
+        self.run(["ip", "addr", "add", str(self.ip), "dev", self.eth0.name])
+
+    def set_tcp_cc(self, wanted: str) -> str:
+        """Set the host's TCP congestion control; fall back to cubic where the
+        kernel lacks it. Returns what is in force, for the run record."""
+        available = _read_proc("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
+        for cc in (wanted, "cubic"):
+            if cc and cc in available:
+                allow_in_namespaces(cc)
+                if self.sysctl("net.ipv4.tcp_congestion_control", cc, must=False):
+                    break
+        return self.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
+
+
+def _read_proc(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def allow_in_namespaces(cc: str) -> None:
+    """A namespace may only pick algorithms on the root namespace's allowed
+    list; adding one there changes no default."""
+    path = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+    allowed = _read_proc(path).split()
+    if cc not in allowed:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(" ".join([*allowed, cc]))
+
+
+class TransparentNode(Node):
+    """Two ports, no IP address. bridge() joins them in the kernel; the
+    userspace emulator instead owns the two ports itself."""
+
+    BRIDGE = "br0"
+
+    def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
+                 kind: str, ports: tuple[str, ...]):
+        super().__init__(name, short, prefix, record)
+        self.kind, self.ports = kind, ports
+        self.bridged = False
+        # Frames crossing the bridge must not be fed to this namespace's
+        # iptables unless a PEP asks for it.
+        self.sysctl("net.bridge.bridge-nf-call-iptables", "0", must=False)
+
+    def port(self, name: str) -> Intf:
+        return self.intfs[name]
+
+    def configure(self, mtu: int) -> None:
+        for port in self.ports:
+            self.prepare_intf(self.intfs[port], mtu)
+            # Promiscuous: frames for the far host's MAC must reach us.
+            self.run(["ip", "link", "set", self.intfs[port].name, "promisc", "on"])
+
+    def bridge(self) -> str:
+        if not self.bridged:
+            self.run(["ip", "link", "add", self.BRIDGE, "type", "bridge",
+                      "forward_delay", "0", "stp_state", "0"])
+            for port in self.ports:
+                self.run(["ip", "link", "set", self.intfs[port].name, "master", self.BRIDGE])
+            self.run(["ip", "link", "set", self.BRIDGE, "up"])
+            self.bridged = True
+        return self.BRIDGE
+
+
+class Link:
+    """A veth pair; each end is created directly inside its node's namespace,
+    so nothing of a testbed ever sits in the root namespace."""
+
+    def __init__(self, a: Intf, b: Intf):
+        self.a, self.b = a, b
+        a.node.run(["ip", "link", "add", "name", a.name, "type", "veth",
+                    "peer", "name", b.name, "netns", str(b.node.pid)])
+
+    def __repr__(self) -> str:
+        return f"<Link {self.a.node.name}.{self.a.port}={self.b.node.name}.{self.b.port}>"

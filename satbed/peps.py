@@ -1,0 +1,88 @@
+"""PEPs plug in through one executable contract (pep/CONTRACT.md): an adapter
+pep/adapters/<name> run inside the PEP node as `start|stop|health|stats`, with
+the link parameters in its environment. The registry is that directory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from satbed.emulation import LinkConfig
+from satbed.errors import SatbedError
+from satbed.net import TransparentNode
+from satbed.proc import BIN_DIR, REPO_ROOT, last_line
+
+ADAPTER_DIR = os.path.join(REPO_ROOT, "pep", "adapters")
+
+
+def names() -> list[str]:
+    if not os.path.isdir(ADAPTER_DIR):
+        return []
+    return sorted(f for f in os.listdir(ADAPTER_DIR)
+                  if os.access(os.path.join(ADAPTER_DIR, f), os.X_OK)
+                  and os.path.isfile(os.path.join(ADAPTER_DIR, f)))
+
+
+def check(name: str) -> str:
+    if name not in names():
+        raise SatbedError(f"unknown PEP {name!r} (known: {', '.join(names())})")
+    return os.path.join(ADAPTER_DIR, name)
+
+
+class Pep:
+    """One PEP on one PEP node, driven through its adapter."""
+
+    def __init__(self, name: str, node: TransparentNode, role: str, link: LinkConfig,
+                 run_dir: str, options: str = ""):
+        self.name, self.node, self.role = name, node, role
+        self.adapter = check(name)
+        self.state_dir = os.path.join(run_dir, "pep", node.name)
+        os.makedirs(self.state_dir, exist_ok=True)
+        lan, wan = node.ports
+        rate = link.rate_bps or 0
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+            "SATBED_PEP_LAN": node.port(lan).name,
+            "SATBED_PEP_WAN": node.port(wan).name,
+            "SATBED_PEP_BRIDGE": node.bridge(),
+            "SATBED_RATE_BPS": str(rate),
+            "SATBED_RTT_MS": f"{link.rtt_ms:g}",
+            "SATBED_BER": f"{link.a_to_b.ber:g}",
+            "SATBED_BUFFER_BYTES": str(link.a_to_b.queue_bytes or link.a_to_b.queue_packets * 1514),
+            "SATBED_PEP_OPTS": options,
+            "SATBED_STATE_DIR": self.state_dir,
+            "SATBED_BIN_DIR": BIN_DIR,
+            "SATBED_PEP_ROLE": role,
+        }
+        self.started = False
+
+    def _call(self, verb: str, timeout: float = 30, check: bool = True):
+        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), self.adapter, verb],
+                           timeout=timeout, check=False)
+        if check and cp.returncode != 0:
+            raise SatbedError(f"PEP {self.name} on {self.node.name}: {verb} failed: "
+                              f"{last_line(cp.stderr or cp.stdout) or 'exit ' + str(cp.returncode)}")
+        return cp
+
+    def start(self) -> None:
+        self._call("start", timeout=30)
+        self.started = True
+
+    def healthy(self) -> bool:
+        return self._call("health", check=False).returncode == 0
+
+    def stats(self) -> dict:
+        cp = self._call("stats", check=False)
+        try:
+            return json.loads(cp.stdout)
+        except ValueError:
+            return {"name": self.name, "error": f"stats unreadable: {last_line(cp.stderr or cp.stdout)}"}
+
+    def stop(self) -> dict:
+        """Stop and return the final statistics; always leaves the node clean."""
+        if not self.started:
+            return {"name": self.name}
+        stats = self.stats()
+        self._call("stop", timeout=30, check=False)
+        self.started = False
+        return stats

@@ -1,0 +1,120 @@
+"""Pid and namespace records, so `satbed clean` can remove what a killed run
+left behind, and only that.
+
+Each live testbed owns /run/satbed/<prefix>.json, naming the owner process,
+the network-namespace inode of every node and the pids it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+
+RECORD_DIR = os.environ.get("SATBED_RECORD_DIR", "/run/satbed")
+PREFIX_RE = re.compile(r"^sb[0-9a-f]{4}$")
+
+
+def netns_inode(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of a pid: tells a recorded process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass
+class RunRecord:
+    prefix: str
+    owner_pid: int
+    owner_start: int | None
+    created: float = field(default_factory=time.time)
+    netns: dict[str, int] = field(default_factory=dict)         # node name -> netns inode
+    pids: dict[str, int | None] = field(default_factory=dict)   # pid -> start time
+    containers: list[str] = field(default_factory=list)
+    root_links: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return os.path.join(RECORD_DIR, self.prefix + ".json")
+
+    def save(self) -> None:
+        os.makedirs(RECORD_DIR, exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(self), f)
+        os.replace(tmp, self.path)
+
+    def add_pid(self, pid: int) -> None:
+        self.pids[str(pid)] = start_time(pid)
+        self.save()
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def owner_alive(self) -> bool:
+        return start_time(self.owner_pid) is not None and start_time(self.owner_pid) == self.owner_start
+
+
+def new_prefix() -> str:
+    """A per-run prefix for node, interface and container names: sb + 4 hex digits."""
+    os.makedirs(RECORD_DIR, exist_ok=True)
+    while True:
+        prefix = "sb" + os.urandom(2).hex()
+        if not os.path.exists(os.path.join(RECORD_DIR, prefix + ".json")):
+            return prefix
+
+
+def load_all() -> list[RunRecord]:
+    records = []
+    if not os.path.isdir(RECORD_DIR):
+        return records
+    for name in sorted(os.listdir(RECORD_DIR)):
+        if not name.endswith(".json") or not PREFIX_RE.match(name[:-5]):
+            continue
+        try:
+            with open(os.path.join(RECORD_DIR, name), encoding="utf-8") as f:
+                records.append(RunRecord(**json.load(f)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return records
+
+
+def processes_in_netns(inodes: set[int]) -> list[int]:
+    root = netns_inode(1)
+    inodes = {i for i in inodes if i and i != root}
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and netns_inode(int(entry)) in inodes:
+            found.append(int(entry))
+    return found
+
+
+def kill_pids(pids: list[int], grace: float = 2.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                alive.append(pid)
+            except ProcessLookupError:
+                pass
+        if not alive:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(start_time(p) is not None for p in alive):
+            time.sleep(0.05)
+        pids = [p for p in alive if start_time(p) is not None]

@@ -1,0 +1,146 @@
+"""A realized topology: nodes, links and the teardown that always runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import contextmanager
+from typing import Iterator
+
+from mininet.log import setLogLevel
+
+from satbed import proc, records
+from satbed.errors import SatbedError
+from satbed.net import Host, Link, Node, TransparentNode
+from satbed.proc import require_root, require_tools
+from satbed.records import RunRecord, start_time
+from satbed.topology import TopologySpec
+
+NEEDED_TOOLS = ("ip", "ethtool", "sysctl", "mnexec")
+
+
+class Testbed:
+    """One testbed instance. Names carry a per-run prefix (sbXXXX) so several
+    can be up at once; a record under /run/satbed lets `satbed clean` remove
+    what a killed run left."""
+
+    def __init__(self, spec: TopologySpec, prefix: str | None = None):
+        self.spec = spec
+        self.prefix = prefix or records.new_prefix()
+        self.record = RunRecord(self.prefix, os.getpid(), start_time(os.getpid()))
+        self.nodes: dict[str, Node] = {}
+        self.links: list[Link] = []
+        self.tcp_cc: dict[str, str] = {}
+        self.started = False
+
+    @property
+    def hosts(self) -> dict[str, Host]:
+        return {n: v for n, v in self.nodes.items() if isinstance(v, Host)}
+
+    def host(self, name: str) -> Host:
+        node = self.nodes.get(name)
+        if not isinstance(node, Host):
+            raise SatbedError(f"topology {self.spec.name} has no host {name!r}")
+        return node
+
+    def transparent(self, kind: str) -> list[TransparentNode]:
+        return [n for n in self.nodes.values() if isinstance(n, TransparentNode) and n.kind == kind]
+
+    def start(self, bridge_kinds: tuple[str, ...] = ("pep", "bridge", "emulator")) -> "Testbed":
+        """Build nodes and links; bridge the transparent nodes whose kind is
+        listed (the emulator is left unbridged when satemu will own its ports)."""
+        require_root()
+        require_tools(*NEEDED_TOOLS)
+        setLogLevel("error")
+        self.record.save()
+        self.started = True
+        spec = self.spec
+        for h in spec.hosts.values():
+            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip)
+        for t in spec.transparent.values():
+            self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports)
+        for ls in spec.links:
+            a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
+            ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))
+            ib = b.add_intf(ls.b.port, b.intf_name(ls.b.port))
+            self.links.append(Link(ia, ib))
+        for name, node in self.nodes.items():
+            node.configure(spec.mtu)
+            if isinstance(node, Host):
+                self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
+            elif node.kind in bridge_kinds:
+                node.bridge()
+        return self
+
+    def stop(self) -> None:
+        """Tear everything down; safe to call twice and after a partial start."""
+        if not self.started:
+            return
+        # A second Ctrl-C must not cut the teardown short.
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            errors = []
+            for node in reversed(list(self.nodes.values())):
+                try:
+                    node.stop()
+                except Exception as e:  # keep tearing down the rest
+                    errors.append(f"{node.name}: {e}")
+            # Anything that slipped into our namespaces without a record dies too.
+            records.kill_pids(records.processes_in_netns(set(self.record.netns.values())))
+            self.record.remove()
+            self.started = False
+            if errors:
+                raise SatbedError("teardown: " + "; ".join(errors))
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def offload_state(self) -> dict[str, dict[str, str]]:
+        return {intf.name: intf.offloads() for node in self.nodes.values() for intf in node.intfs.values()}
+
+    def mininet(self):
+        """A Mininet object over our nodes, for Mininet's CLI (`clientA ping clientB`)."""
+        from mininet.net import Mininet
+        net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
+        for name, node in self.nodes.items():
+            net.hosts.append(node.mn)
+            net.nameToNode[name] = node.mn
+        return net
+
+
+@contextmanager
+def testbed(spec: TopologySpec, **start_kwargs) -> Iterator[Testbed]:
+    tb = Testbed(spec)
+    try:
+        yield tb.start(**start_kwargs)
+    finally:
+        tb.stop()
+
+
+def clean(verbose: bool = True) -> list[str]:
+    """Remove what killed runs left: processes in their namespaces (which frees
+    the namespaces and their veths), recorded pids, root-namespace links and
+    containers bearing their prefix. Live runs are left alone."""
+    done = []
+    for rec in records.load_all():
+        if rec.owner_alive():
+            continue
+        victims = records.processes_in_netns(set(rec.netns.values()))
+        victims += [int(p) for p, st in rec.pids.items() if st is not None and start_time(int(p)) == st]
+        records.kill_pids(sorted(set(victims)))
+        for link in root_links(rec.prefix):
+            proc.run(["ip", "link", "del", link], check=False)
+        for container in rec.containers:
+            if container.startswith(rec.prefix):
+                proc.run(["docker", "rm", "-f", container], check=False, timeout=60)
+        rec.remove()
+        done.append(f"{rec.prefix}: {len(set(victims))} process(es) stopped")
+    return done
+
+
+def root_links(prefix: str) -> list[str]:
+    """Links in the root namespace named with a run's prefix (a run killed
+    between creating a veth and moving it would leave one)."""
+    out = proc.run(["ip", "-o", "link", "show"], check=False).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+    return [n for n in names if n.startswith(prefix + "-")]

@@ -1,0 +1,122 @@
+"""The five-host testbed on real namespaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO, needs_root, netns_list, root_links, satbed
+
+pytestmark = needs_root
+
+
+def test_client_a_pings_client_b_across_three_transparent_nodes(globalhawk):
+    from satbed.testbed import testbed
+    with testbed(globalhawk) as tb:
+        out = tb.host("clientA").run(["ping", "-n", "-c", "3", "-i", "0.2", "10.99.99.254"]).stdout
+        assert "3 received" in out
+        # Bridges forward frames; a router would have decremented the TTL.
+        assert set(re.findall(r"ttl=(\d+)", out)) == {"64"}
+        for name in ("pepA", "emulator", "pepB"):
+            addrs = tb.nodes[name].run(["ip", "-o", "addr", "show"]).stdout
+            assert [ln for ln in addrs.splitlines() if " lo " not in ln] == [], addrs
+        # The hosts see each other as neighbours on one subnet: no gateway.
+        assert "via" not in tb.host("clientA").run(["ip", "route"]).stdout
+        for intf, state in tb.offload_state().items():
+            for feature in ("tcp-segmentation-offload", "generic-segmentation-offload",
+                            "generic-receive-offload", "tx-checksumming"):
+                assert state[feature] == "off", (intf, feature)
+
+
+def test_two_testbeds_at_once_do_not_collide(globalhawk):
+    from satbed.testbed import Testbed
+    one, two = Testbed(globalhawk), Testbed(globalhawk)
+    try:
+        one.start()
+        two.start()
+        assert one.prefix != two.prefix
+        for tb in (one, two):
+            out = tb.host("clientB").run(["ping", "-n", "-c", "2", "-i", "0.2", "10.99.99.2"]).stdout
+            assert "2 received" in out
+        # Each testbed's hosts see exactly one neighbour MAC for the other host.
+        macs = {tb.prefix: tb.host("clientA").run(["ip", "neigh"]).stdout for tb in (one, two)}
+        assert macs[one.prefix] != macs[two.prefix]
+    finally:
+        one.stop()
+        two.stop()
+
+
+def test_ping_run_writes_result(tmp_path):
+    cp = satbed("run", "--client", "ping", "--pep", "none", "--emulator", "bridge",
+                "--out", str(tmp_path))
+    assert cp.returncode == 0, cp.stderr
+    run_dir = cp.stdout.splitlines()[0]
+    result = json.load(open(os.path.join(run_dir, "result.json")))
+    assert result["loss"] == 0
+    assert 0 < result["rtt_ms_avg"] <= result["rtt_ms_max"] < 50
+    assert result["ttl"] == [64]
+    for name in ("config.json", "environment.json"):
+        assert os.path.getsize(os.path.join(run_dir, name)) > 100
+    env = json.load(open(os.path.join(run_dir, "environment.json")))
+    assert env["kernel"]["release"] and env["git"]["commit"]
+    assert all(s["tcp-segmentation-offload"] == "off" for s in env["offloads"].values())
+
+
+def test_sigkilled_run_is_cleaned(globalhawk):
+    before_links, before_ns = root_links(), netns_list()
+    script = ("import sys, time; sys.path.insert(0, %r)\n"
+              "from satbed import topology\n"
+              "from satbed.testbed import Testbed\n"
+              "tb = Testbed(topology.load('globalhawk')).start()\n"
+              "tb.host('clientA').popen(['sleep', '600'])\n"
+              "print(tb.prefix, flush=True)\n"
+              "time.sleep(600)\n") % REPO
+    owner = subprocess.Popen(["/usr/bin/python3", "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        prefix = owner.stdout.readline().strip()
+        assert prefix.startswith("sb")
+        record = json.load(open(f"/run/satbed/{prefix}.json"))
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        leftover = [p for p in record["pids"] if os.path.exists(f"/proc/{p}")]
+        assert leftover, "the killed run should have left its shells behind"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    cp = satbed("clean")
+    assert cp.returncode == 0, cp.stderr
+    assert prefix in cp.stdout
+    assert not os.path.exists(f"/run/satbed/{prefix}.json")
+    for pid in record["pids"]:
+        assert not os.path.exists(f"/proc/{pid}/ns/net") or \
+            os.stat(f"/proc/{pid}/ns/net").st_ino not in record["netns"].values()
+    time.sleep(0.5)   # namespaces go once their last process is reaped
+    assert root_links() == before_links
+    assert netns_list() == before_ns
+    assert satbed("clean").stdout.strip() == "nothing to clean"
+
+
+def test_sigterm_tears_down(tmp_path):
+    before = root_links()
+    proc = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "run", "--client", "ping",
+                             "--emulator", "bridge", "--out", str(tmp_path)],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while time.time() < deadline and not any(f.endswith(".json") for f in os.listdir("/run/satbed")
+                                             if os.path.isdir("/run/satbed")):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    from satbed import records
+    assert [r for r in records.load_all() if r.owner_pid == proc.pid] == []
+    assert root_links() == before
+    assert "mininet:sb" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout \
+        or all(r.owner_alive() for r in records.load_all())

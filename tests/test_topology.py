@@ -1,0 +1,75 @@
+"""Topology files: parsing and the errors a user sees."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from satbed import topology
+from satbed.errors import SatbedError
+
+from conftest import satbed
+
+
+def test_globalhawk_is_the_five_host_chain(globalhawk):
+    assert list(globalhawk.hosts) == ["clientA", "clientB"]
+    assert str(globalhawk.hosts["clientA"].ip) == "10.99.99.2/24"
+    assert str(globalhawk.hosts["clientB"].ip) == "10.99.99.254/24"
+    assert [t.kind for t in globalhawk.transparent.values()] == ["pep", "emulator", "pep"]
+    assert [(str(l.a), str(l.b)) for l in globalhawk.links] == [
+        ("clientA.eth0", "pepA.lan"), ("pepA.wan", "emulator.a"),
+        ("emulator.b", "pepB.wan"), ("pepB.lan", "clientB.eth0")]
+    assert globalhawk.mtu == 1500
+
+
+BASE = yaml.safe_load(open(topology.find("globalhawk")))
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.pop("hosts"), "at least two hosts"),
+    (lambda d: d["hosts"]["clientA"].update(ip="192.168.1.1/24"), "outside"),
+    (lambda d: d["hosts"]["clientA"].update(ip="nope"), "bad ip"),
+    (lambda d: d["transparent"]["pepA"].update(kind="router"), "kind must be"),
+    (lambda d: d["transparent"]["pepA"].update(ports=["lan"]), "two distinct"),
+    (lambda d: d["links"].pop(), "is not linked"),
+    (lambda d: d["links"].append(["clientA.eth0", "pepB.lan"]), "linked twice"),
+    (lambda d: d["links"].append(["ghost.eth0", "pepB.lan"]), "unknown node"),
+    (lambda d: d.update(colour="blue"), "unknown key"),
+    (lambda d: d.update(mtu=10), "mtu"),
+])
+def test_bad_topologies_are_refused_with_a_reason(mutate, message):
+    import copy
+    doc = copy.deepcopy(BASE)
+    mutate(doc)
+    with pytest.raises(SatbedError, match=message):
+        topology.parse(doc)
+
+
+def test_unknown_topology_names_the_known_ones():
+    with pytest.raises(SatbedError, match="known: globalhawk"):
+        topology.find("nosuch")
+
+
+def test_malformed_yaml_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("hosts: [unclosed\n")
+    with pytest.raises(SatbedError, match="malformed topology .* line"):
+        topology.load(str(bad))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--client", "pong"], "unknown client 'pong'"),
+    (["run", "--pep", "nosuchpep"], "unknown PEP 'nosuchpep'"),
+    (["run", "--rtt", "-5"], "RTT must be 0 or more"),
+    (["run", "--ber", "2"], "BER must be in [0, 1)"),
+    (["run", "--topology", "nosuch"], "unknown topology"),
+    (["run", "--size", "lots"], "bad size"),
+    (["run", "--rate", "0"], "rate must be positive"),
+])
+def test_bad_input_gives_one_clear_line(args, message):
+    cp = satbed(*args, "--out", "/tmp/satbed-test-never-written")
+    assert cp.returncode == 2
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1, cp.stderr
+    assert message in lines[0]
+    assert "Traceback" not in cp.stderr
