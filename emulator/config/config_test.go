@@ -1,0 +1,130 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const example = `{"seed": 1, "sample_ms": 100,
+ "a_to_b": {"rate_bps": 8000000, "ceil_bps": 10000000, "burst_bytes": 0, "cburst_bytes": 131072, "delay_ms": 300, "ber": 1e-5, "queue_packets": 1000, "queue_bytes": 0, "gilbert_elliott": null, "outage": {"period_s": 40, "down_s": 10, "offset_s": 0}, "profile": "p.csv"},
+ "b_to_a": {"rate_bps": 8000000, "delay_ms": 300}}`
+
+func writeFiles(t *testing.T, cfg string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.csv"), []byte("t_s,ber\n0,1e-6\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadExample(t *testing.T) {
+	c, err := Load(writeFiles(t, example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.AToB.Effective()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.BurstBytes != 1600 || e.CBurstBytes != 131072 || e.QueuePackets != 1000 || e.CeilBps != 10e6 {
+		t.Errorf("effective a_to_b: %+v", e)
+	}
+	p, err := c.AToB.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Delay != 300*time.Millisecond || p.Outage == nil || p.Outage.Down != 10*time.Second || p.Profile == nil {
+		t.Errorf("params: %+v", p)
+	}
+	e2, _ := c.BToA.Effective()
+	if e2.CeilBps != 8e6 || e2.CBurstBytes != 1600 {
+		t.Errorf("b_to_a defaults: %+v", e2)
+	}
+	if c.Sample() != 100*time.Millisecond || *c.Seed != 1 {
+		t.Error("globals")
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	tests := []struct{ name, cfg, want string }{
+		{"negative delay", `{"a_to_b":{"delay_ms":-1},"b_to_a":{}}`, "delay_ms"},
+		{"ber 1", `{"a_to_b":{"ber":1},"b_to_a":{}}`, "ber"},
+		{"ber negative", `{"a_to_b":{},"b_to_a":{"ber":-0.1}}`, "ber"},
+		{"rate 0", `{"a_to_b":{"rate_bps":0},"b_to_a":{}}`, "rate_bps"},
+		{"ceil < rate", `{"a_to_b":{"rate_bps":8e6,"ceil_bps":1e6},"b_to_a":{}}`, "ceil_bps"},
+		{"ceil without rate", `{"a_to_b":{"ceil_bps":1e6},"b_to_a":{}}`, "ceil_bps"},
+		{"unknown key", `{"a_to_b":{"rate":8e6},"b_to_a":{}}`, "unknown field"},
+		{"unknown top key", `{"x":1,"a_to_b":{},"b_to_a":{}}`, "unknown field"},
+		{"profile", `{"a_to_b":{"profile":"/nonexistent/p.csv"},"b_to_a":{}}`, "profile"},
+		{"outage", `{"a_to_b":{"outage":{"period_s":10,"down_s":20}},"b_to_a":{}}`, "down_s"},
+		{"ge", `{"a_to_b":{"gilbert_elliott":{"p":2}},"b_to_a":{}}`, "gilbert_elliott.p"},
+		{"queue", `{"a_to_b":{"queue_packets":0},"b_to_a":{}}`, "unbounded"},
+		{"sample", `{"sample_ms":0,"a_to_b":{},"b_to_a":{}}`, "sample_ms"},
+		{"trailing", `{"a_to_b":{},"b_to_a":{}} {}`, "trailing"},
+		{"type", `{"a_to_b":{"queue_packets":1.5},"b_to_a":{}}`, "json"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load(writeFiles(t, tc.cfg))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want mention of %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestMerge(t *testing.T) {
+	c, err := Load(writeFiles(t, example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := c.AToB
+	m, err := Merge(c.AToB, []byte(`{"delay_ms": 50, "outage": {"down_s": 5}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.DelayMs != 50 || m.Outage.DownS != 5 || m.Outage.PeriodS != 40 || *m.RateBps != 8e6 {
+		t.Errorf("merged %+v %+v", m, m.Outage)
+	}
+	if c.AToB.Outage.DownS != 10 || orig.DelayMs != 300 {
+		t.Error("merge modified its input")
+	}
+	m, err = Merge(c.AToB, []byte(`{"outage": null}`))
+	if err != nil || m.Outage != nil {
+		t.Errorf("null outage: %v %+v", err, m.Outage)
+	}
+	if _, err := Merge(c.AToB, []byte(`{"nope": 1}`)); err == nil {
+		t.Error("unknown key accepted")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(example))
+	f.Add([]byte(`{"a_to_b":{"gilbert_elliott":{"p":0.01,"r":0.3,"loss_bad":1}},"b_to_a":{"outage":{"period_s":40,"down_s":10,"offset_s":5}}}`))
+	f.Add([]byte(`{"a_to_b":{"rate_bps":1e12,"delay_ms":3600000},"b_to_a":{"queue_bytes":1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Decode(data)
+		if err != nil {
+			return
+		}
+		for _, d := range []Direction{c.AToB, c.BToA} {
+			d.Profile = "" // no file access while fuzzing
+			if _, err := d.Params(); err != nil {
+				if strings.Contains(err.Error(), "\n") {
+					t.Fatalf("multi-line error %q", err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,200 @@
+package link
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Cause says why a frame was dropped.
+type Cause int
+
+// Drop causes. None means the frame is delivered.
+const (
+	None Cause = iota
+	DropQueue
+	DropBER
+	DropGE
+	DropOutage
+	numCauses
+)
+
+// NumCauses is the number of drop causes including None (for counter arrays).
+const NumCauses = int(numCauses)
+
+var causeNames = [...]string{"none", "queue", "ber", "gilbert_elliott", "outage"}
+
+func (c Cause) String() string { return causeNames[c] }
+
+// Params are the static parameters of one direction.
+type Params struct {
+	RateBps, CeilBps float64 // RateBps 0 = unshaped; CeilBps >= RateBps
+	Burst, CBurst    int     // effective bucket sizes in bytes
+	Delay            time.Duration
+	BER              float64
+	QueuePackets     int // 0 = no packet limit
+	QueueBytes       int // 0 = no byte limit
+	GE               *GE
+	Outage           *Outage
+	Profile          *Profile
+}
+
+// Verdict is the fate of one arriving frame.
+type Verdict struct {
+	Cause  Cause
+	Exit   time.Duration // when it left the shaper (onto the channel)
+	Depart time.Duration // when it leaves the emulator (Cause == None)
+}
+
+// Counters are cumulative per-direction figures kept by the pipeline.
+type Counters struct {
+	FramesIn, BytesIn uint64
+	Drops             [NumCauses]uint64
+	QueueHWPackets    int
+	QueueHWBytes      int
+}
+
+type qent struct {
+	exit time.Duration
+	size int
+}
+
+// Pipeline is one direction: drop-tail queue -> shaper -> channel errors ->
+// delay. It is not safe for concurrent use.
+//
+// The queue and shaper are computed in virtual time: since the queue is FIFO
+// and the shaper deterministic, a frame's shaper exit time is known when it
+// arrives, and the frames "in the queue" at time t are exactly those that
+// arrived but have exit time > t. Channel errors and delay are evaluated at
+// the exit time.
+type Pipeline struct {
+	p          Params
+	sh         *Shaper
+	rateNow    float64
+	q          []qent // ring of frames not yet through the shaper
+	qHead, qN  int
+	qBytes     int
+	lastExit   time.Duration
+	lastDepart time.Duration
+	rng        *rand.Rand
+	ge         GEState
+	c          Counters
+}
+
+// NewPipeline builds a pipeline; seed and stream select the PRNG sequence.
+func NewPipeline(p Params, seed, stream uint64) *Pipeline {
+	pl := &Pipeline{
+		p:   p,
+		sh:  NewShaper(p.RateBps, p.CeilBps, p.Burst, p.CBurst),
+		rng: rand.New(rand.NewPCG(seed, stream)),
+		q:   make([]qent, 64),
+	}
+	pl.rateNow = p.RateBps
+	return pl
+}
+
+// Params returns the parameters in force.
+func (pl *Pipeline) Params() Params { return pl.p }
+
+// SetParams replaces the parameters; frames already queued keep their
+// schedule, later arrivals use the new values. Token levels and the
+// Gilbert-Elliott state carry over.
+func (pl *Pipeline) SetParams(p Params) {
+	pl.p = p
+	pl.rateNow = p.RateBps
+	pl.sh.Set(p.RateBps, p.CeilBps, p.Burst, p.CBurst)
+}
+
+// Counters returns a copy of the counters.
+func (pl *Pipeline) Counters() Counters { return pl.c }
+
+// QueueLen purges frames that left the shaper by now and returns the queue
+// occupancy.
+func (pl *Pipeline) QueueLen(now time.Duration) (packets, bytes int) {
+	pl.purge(now)
+	return pl.qN, pl.qBytes
+}
+
+// Effective returns the rate (bit/s, 0 = unshaped), one-way delay, BER and
+// up state in force at t, with the profile applied.
+func (pl *Pipeline) Effective(t time.Duration) (rate float64, delay time.Duration, ber float64, up bool) {
+	rate = pl.p.RateBps
+	if r, ok := pl.p.Profile.Rate(t); ok {
+		rate = r
+	}
+	delay = pl.p.Delay
+	if d, ok := pl.p.Profile.Delay(t); ok {
+		delay = d
+	}
+	ber = pl.p.BER
+	if b, ok := pl.p.Profile.BER(t); ok {
+		ber = b
+	}
+	up = pl.p.Profile.Up(t) && !pl.p.Outage.IsDown(t)
+	return rate, delay, ber, up
+}
+
+func (pl *Pipeline) purge(now time.Duration) {
+	for pl.qN > 0 && pl.q[pl.qHead].exit <= now {
+		pl.qBytes -= pl.q[pl.qHead].size
+		pl.qHead = (pl.qHead + 1) % len(pl.q)
+		pl.qN--
+	}
+}
+
+func (pl *Pipeline) push(e qent) {
+	if pl.qN == len(pl.q) {
+		nq := make([]qent, 2*len(pl.q))
+		for i := 0; i < pl.qN; i++ {
+			nq[i] = pl.q[(pl.qHead+i)%len(pl.q)]
+		}
+		pl.q, pl.qHead = nq, 0
+	}
+	pl.q[(pl.qHead+pl.qN)%len(pl.q)] = e
+	pl.qN++
+	pl.qBytes += e.size
+}
+
+// Arrive processes a frame of size bytes arriving at now (non-decreasing
+// across calls) and returns its fate.
+func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
+	pl.c.FramesIn++
+	pl.c.BytesIn += uint64(size)
+	pl.purge(now)
+	if (pl.p.QueuePackets > 0 && pl.qN >= pl.p.QueuePackets) ||
+		(pl.p.QueueBytes > 0 && pl.qBytes+size > pl.p.QueueBytes) {
+		pl.c.Drops[DropQueue]++
+		return Verdict{Cause: DropQueue, Exit: now}
+	}
+	if r, ok := pl.p.Profile.Rate(now); ok && r != pl.rateNow {
+		pl.rateNow = r
+		pl.sh.Set(r, max(r, pl.p.CeilBps), pl.p.Burst, pl.p.CBurst)
+	} else if !ok && pl.rateNow != pl.p.RateBps {
+		pl.rateNow = pl.p.RateBps
+		pl.sh.Set(pl.p.RateBps, pl.p.CeilBps, pl.p.Burst, pl.p.CBurst)
+	}
+	exit := pl.sh.Admit(max(now, pl.lastExit), size)
+	pl.lastExit = exit
+	if exit > now {
+		pl.push(qent{exit, size})
+		pl.c.QueueHWPackets = max(pl.c.QueueHWPackets, pl.qN)
+		pl.c.QueueHWBytes = max(pl.c.QueueHWBytes, pl.qBytes)
+	}
+	_, delay, ber, up := pl.Effective(exit)
+	v := Verdict{Exit: exit}
+	switch {
+	case !up:
+		v.Cause = DropOutage
+	case pl.p.GE != nil && pl.ge.Step(pl.p.GE, pl.rng, size):
+		v.Cause = DropGE
+	case ber > 0 && pl.rng.Float64() < PER(ber, size):
+		v.Cause = DropBER
+	}
+	if v.Cause != None {
+		pl.c.Drops[v.Cause]++
+		return v
+	}
+	// Never reorder: a delay decrease makes later frames wait for earlier ones.
+	v.Depart = max(exit+delay, pl.lastDepart)
+	pl.lastDepart = v.Depart
+	return v
+}
