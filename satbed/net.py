@@ -46,22 +46,64 @@ class Intf:
         return state
 
 
-class Node:
-    """A network namespace with a Mininet shell in it; processes it starts are recorded."""
+class Sandbox:
+    """Where a node's processes run. The namespace sandbox is a Mininet node
+    (a fresh network namespace held by a shell); a container sandbox can stand
+    in for it: it needs a pid inside its network namespace, popen and stop."""
 
-    def __init__(self, name: str, short: str, prefix: str, record: RunRecord):
+    pid: int
+    mininet_node: object | None = None
+
+    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class NamespaceSandbox(Sandbox):
+    def __init__(self, full_name: str, role: str):
+        # inNamespace: a fresh netns held by the shell; every popen joins it.
+        self.mininet_node = MininetNode(full_name, inNamespace=True)
+        self.pid = self.mininet_node.pid
+
+    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
+        return self.mininet_node.popen(args, **kwargs)
+
+    def stop(self) -> None:
+        # Killing the shell drops the last reference to the namespace, and
+        # with it every veth end inside.
+        self.mininet_node.stop(deleteIntfs=False)
+
+
+SANDBOXES: dict[str, type[Sandbox]] = {"mininet": NamespaceSandbox}
+
+
+class Node:
+    """A network stack where processes run; processes it starts are recorded."""
+
+    def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
+                 backend: str = "mininet", role: str = "host"):
         self.name, self.short, self.prefix, self.record = name, short, prefix, record
         self.intfs: dict[str, Intf] = {}
         self.procs: list[subprocess.Popen] = []
-        # inNamespace: a fresh netns held by the shell; every popen joins it.
-        self.mn = MininetNode(f"{prefix}-{name}", inNamespace=True)
-        self.pid: int = self.mn.pid
+        try:
+            sandbox_cls = SANDBOXES[backend]
+        except KeyError:
+            raise SatbedError(f"unknown backend {backend!r} (known: {', '.join(SANDBOXES)})") from None
+        self.sandbox = sandbox_cls(f"{prefix}-{name}", role)
+        self.pid: int = self.sandbox.pid
         record.netns[name] = netns_inode(self.pid) or 0
         record.add_pid(self.pid)
         self.run(["ip", "link", "set", "lo", "up"])
         # No stray IPv6 link-local addresses or router solicitations in captures.
         self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", must=False)
         self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", must=False)
+
+    @property
+    def mn(self):
+        """The Mininet node, for Mininet's CLI."""
+        return self.sandbox.mininet_node
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -73,7 +115,7 @@ class Node:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         try:
-            proc = self.mn.popen(list(args), **kwargs)
+            proc = self.sandbox.popen(list(args), **kwargs)
         except FileNotFoundError:
             raise SatbedError(f"missing tool: {args[0]}") from None
         self.procs.append(proc)
@@ -123,15 +165,13 @@ class Node:
                 proc.kill()
                 proc.wait(timeout=3)
         self.procs.clear()
-        # Killing the shell drops the last reference to the namespace, and
-        # with it every veth end inside.
-        self.mn.stop(deleteIntfs=False)
+        self.sandbox.stop()
 
 
 class Host(Node):
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 ip: ipaddress.IPv4Interface):
-        super().__init__(name, short, prefix, record)
+                 ip: ipaddress.IPv4Interface, backend: str = "mininet"):
+        super().__init__(name, short, prefix, record, backend, role="host")
         self.ip = ip
 
     @property
@@ -179,8 +219,8 @@ class TransparentNode(Node):
     BRIDGE = "br0"
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 kind: str, ports: tuple[str, ...]):
-        super().__init__(name, short, prefix, record)
+                 kind: str, ports: tuple[str, ...], backend: str = "mininet"):
+        super().__init__(name, short, prefix, record, backend, role=kind)
         self.kind, self.ports = kind, ports
         self.bridged = False
         # Frames crossing the bridge must not be fed to this namespace's

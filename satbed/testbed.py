@@ -24,8 +24,8 @@ class Testbed:
     can be up at once; a record under /run/satbed lets `satbed clean` remove
     what a killed run left."""
 
-    def __init__(self, spec: TopologySpec, prefix: str | None = None):
-        self.spec = spec
+    def __init__(self, spec: TopologySpec, prefix: str | None = None, backend: str = "mininet"):
+        self.spec, self.backend = spec, backend
         self.prefix = prefix or records.new_prefix()
         self.record = RunRecord(self.prefix, os.getpid(), start_time(os.getpid()))
         self.nodes: dict[str, Node] = {}
@@ -56,9 +56,10 @@ class Testbed:
         self.started = True
         spec = self.spec
         for h in spec.hosts.values():
-            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip)
+            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip, self.backend)
         for t in spec.transparent.values():
-            self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports)
+            self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports,
+                                                    self.backend)
         for ls in spec.links:
             a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
             ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))
