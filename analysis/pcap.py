@@ -1,0 +1,206 @@
+"""Minimal classic-pcap reader for TCP header fields.
+
+tcptrace reports per-connection statistics only; a few metrics (per-direction
+first/last packet times, the handshake timing used to place a vantage point on
+the path, the time of the final ACK) need the packets themselves.  Captures are
+headers-only, so payload lengths come from the IP length fields, not from the
+captured length.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+MAGIC_US = 0xA1B2C3D4
+MAGIC_NS = 0xA1B23C4D
+MAGIC_PCAPNG = 0x0A0D0D0A
+
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_RAW_ALT = 12
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_LINUX_SLL2 = 276
+
+TH_FIN = 0x01
+TH_SYN = 0x02
+TH_RST = 0x04
+TH_ACK = 0x10
+
+
+class PcapError(Exception):
+    """The file is not a readable classic pcap."""
+
+
+@dataclass(frozen=True)
+class TcpPacket:
+    ts: float
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    win: int
+    payload: int
+
+    @property
+    def syn(self) -> bool:
+        return bool(self.flags & TH_SYN)
+
+    @property
+    def fin(self) -> bool:
+        return bool(self.flags & TH_FIN)
+
+    @property
+    def has_ack(self) -> bool:
+        return bool(self.flags & TH_ACK)
+
+
+@dataclass
+class PcapSummary:
+    linktype: int
+    packets: list[TcpPacket] = field(default_factory=list)
+    records: int = 0
+    truncated: bool = False  # the file ends inside a record
+
+
+def file_magic(path: Path) -> int | None:
+    """First four bytes as a big-endian integer, or None if shorter."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if len(head) < 4:
+        return None
+    return struct.unpack(">I", head)[0]
+
+
+def is_pcapng(path: Path) -> bool:
+    return file_magic(path) == MAGIC_PCAPNG
+
+
+def read_tcp(path: Path) -> PcapSummary:
+    """Read every IPv4/IPv6 TCP packet; raise PcapError for a non-pcap file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 24:
+        raise PcapError(f"{path.name}: too short for a pcap header ({len(data)} bytes)")
+    magic_le = struct.unpack("<I", data[:4])[0]
+    if magic_le in (MAGIC_US, MAGIC_NS):
+        endian = "<"
+    elif struct.unpack(">I", data[:4])[0] in (MAGIC_US, MAGIC_NS):
+        endian = ">"
+    elif struct.unpack(">I", data[:4])[0] == MAGIC_PCAPNG:
+        raise PcapError(f"{path.name}: pcapng, not classic pcap")
+    else:
+        raise PcapError(f"{path.name}: not a pcap file (magic {data[:4].hex()})")
+    magic = struct.unpack(endian + "I", data[:4])[0]
+    tsdiv = 1e9 if magic == MAGIC_NS else 1e6
+    linktype = struct.unpack(endian + "I", data[20:24])[0] & 0x0FFFFFFF
+    summary = PcapSummary(linktype=linktype)
+    rec = struct.Struct(endian + "IIII")
+    off = 24
+    while off < len(data):
+        if off + 16 > len(data):
+            summary.truncated = True
+            break
+        sec, frac, caplen, _wirelen = rec.unpack_from(data, off)
+        off += 16
+        if caplen > 262144 or off + caplen > len(data):
+            summary.truncated = True
+            break
+        frame = data[off:off + caplen]
+        off += caplen
+        summary.records += 1
+        pkt = _decode(frame, linktype, sec + frac / tsdiv)
+        if pkt is not None:
+            summary.packets.append(pkt)
+    return summary
+
+
+def _decode(frame: bytes, linktype: int, ts: float) -> TcpPacket | None:
+    ethertype, off = _l3_start(frame, linktype)
+    if off is None:
+        return None
+    try:
+        if ethertype == 0x0800:
+            return _decode_ipv4(frame, off, ts)
+        if ethertype == 0x86DD:
+            return _decode_ipv6(frame, off, ts)
+    except (struct.error, IndexError):
+        return None  # snapped or malformed header
+    return None
+
+
+def _l3_start(frame: bytes, linktype: int) -> tuple[int, int | None]:
+    if linktype == LINKTYPE_ETHERNET:
+        if len(frame) < 14:
+            return 0, None
+        etype = struct.unpack_from(">H", frame, 12)[0]
+        off = 14
+        while etype in (0x8100, 0x88A8) and len(frame) >= off + 4:
+            etype = struct.unpack_from(">H", frame, off + 2)[0]
+            off += 4
+        return etype, off
+    if linktype == LINKTYPE_LINUX_SLL:
+        if len(frame) < 16:
+            return 0, None
+        return struct.unpack_from(">H", frame, 14)[0], 16
+    if linktype == LINKTYPE_LINUX_SLL2:
+        if len(frame) < 20:
+            return 0, None
+        return struct.unpack_from(">H", frame, 0)[0], 20
+    if linktype in (LINKTYPE_RAW, LINKTYPE_RAW_ALT):
+        if not frame:
+            return 0, None
+        return (0x0800 if frame[0] >> 4 == 4 else 0x86DD), 0
+    if linktype == LINKTYPE_NULL:
+        if len(frame) < 4:
+            return 0, None
+        family = struct.unpack_from("<I", frame, 0)[0]
+        return (0x0800 if family == 2 else 0x86DD), 4
+    return 0, None
+
+
+def _decode_ipv4(frame: bytes, off: int, ts: float) -> TcpPacket | None:
+    vihl = frame[off]
+    ihl = (vihl & 0x0F) * 4
+    total_len = struct.unpack_from(">H", frame, off + 2)[0]
+    frag = struct.unpack_from(">H", frame, off + 6)[0]
+    if frame[off + 9] != 6 or frag & 0x1FFF:
+        return None
+    src = str(ipaddress.IPv4Address(frame[off + 12:off + 16]))
+    dst = str(ipaddress.IPv4Address(frame[off + 16:off + 20]))
+    return _decode_tcp(frame, off + ihl, total_len - ihl, src, dst, ts)
+
+
+def _decode_ipv6(frame: bytes, off: int, ts: float) -> TcpPacket | None:
+    payload_len = struct.unpack_from(">H", frame, off + 4)[0]
+    if frame[off + 6] != 6:
+        return None  # extension headers are not followed; testbed traffic has none
+    src = str(ipaddress.IPv6Address(frame[off + 8:off + 24]))
+    dst = str(ipaddress.IPv6Address(frame[off + 24:off + 40]))
+    return _decode_tcp(frame, off + 40, payload_len, src, dst, ts)
+
+
+def _decode_tcp(frame: bytes, off: int, seg_len: int, src: str, dst: str,
+                ts: float) -> TcpPacket | None:
+    sport, dport, seq, ack, offflags, win = struct.unpack_from(">HHIIHH", frame, off)
+    hdr = (offflags >> 12) * 4
+    return TcpPacket(ts=ts, src=src, sport=sport, dst=dst, dport=dport, seq=seq,
+                     ack=ack, flags=offflags & 0x3F, win=win,
+                     payload=max(0, seg_len - hdr))
+
+
+def iter_connection(packets: list[TcpPacket], a: tuple[str, int],
+                    b: tuple[str, int]) -> Iterator[tuple[bool, TcpPacket]]:
+    """Packets of the a<->b connection as (from_a, packet)."""
+    for p in packets:
+        if (p.src, p.sport) == a and (p.dst, p.dport) == b:
+            yield True, p
+        elif (p.src, p.sport) == b and (p.dst, p.dport) == a:
+            yield False, p

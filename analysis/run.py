@@ -1,0 +1,168 @@
+"""Turn a run directory's captures into the "analysis" metrics.
+
+Layout (written by the runner):
+    RUN/captures/<vantage>.pcap   vantage in lan_a, wan, lan_b (any subset)
+    RUN/result.json               gets the key "analysis"
+    RUN/analysis/<vantage>/       tcptrace outputs, xplot files, PNGs (ours)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import pcap as pcapmod
+from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
+                       parse_long, run_tcptrace)
+from .throughput import direction_times, spoofing_throughput
+
+VANTAGES = ("lan_a", "wan", "lan_b")
+TCPDUMP = "/usr/bin/tcpdump"
+
+
+class CaptureError(Exception):
+    """A capture cannot be analysed; the message goes into the error note."""
+
+
+def capture_paths(run_dir: Path) -> dict[str, Path | None]:
+    """Standard vantages (None when absent) plus any other *.pcap present."""
+    cap_dir = run_dir / "captures"
+    found: dict[str, Path | None] = {v: None for v in VANTAGES}
+    if cap_dir.is_dir():
+        for p in sorted(cap_dir.glob("*.pcap")) + sorted(cap_dir.glob("*.pcapng")):
+            if p.stem not in found or found[p.stem] is None:
+                found[p.stem] = p
+    return found
+
+
+def _classic_pcap(src: Path, outdir: Path) -> Path:
+    """tcptrace 6.6.7 cannot read pcapng: convert with tcpdump when needed."""
+    magic = pcapmod.file_magic(src)
+    if magic is None:
+        raise CaptureError(f"{src.name}: empty or shorter than a pcap header")
+    if magic != pcapmod.MAGIC_PCAPNG:
+        return src
+    dst = outdir / (src.stem + ".converted.pcap")
+    try:
+        res = subprocess.run([TCPDUMP, "-r", str(src), "-w", str(dst)], capture_output=True,
+                             text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CaptureError(f"{src.name}: pcapng conversion failed: {e}") from e
+    if res.returncode != 0 or not dst.exists():
+        raise CaptureError(f"{src.name}: pcapng conversion failed: {res.stderr.strip()}")
+    return dst
+
+
+def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[str, Any]:
+    data, rev = conn.data_direction()
+    d = {
+        "index": conn.index,
+        "host_a": conn.host_a,
+        "host_b": conn.host_b,
+        "complete": conn.complete,
+        "first_packet": conn.first_packet,
+        "last_packet": conn.last_packet,
+        "elapsed_s": conn.elapsed_s,
+        "data_direction": "a2b" if data is conn.a2b else "b2a",
+        "a2b": conn.a2b.to_dict(),
+        "b2a": conn.b2a.to_dict(),
+        # The ACK side's SACKs describe the data direction's losses.
+        "sack_blocks_seen": rev.sacks_sent,
+        "spoofing_throughput": None,
+    }
+    st = spoofing_throughput(packets, data.src, data.dst) if packets else None
+    if st is not None:
+        d["spoofing_throughput"] = st.to_dict()
+    return d
+
+
+def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True) -> dict[str, Any]:
+    """Metrics for one capture; raises CaptureError/TcptraceError on failure."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    if not pcap.is_file():
+        raise CaptureError(f"capture missing: {pcap}")
+    src = _classic_pcap(pcap, outdir)
+    try:
+        summary = pcapmod.read_tcp(src)
+    except pcapmod.PcapError as e:
+        raise CaptureError(str(e)) from e
+    tt = run_tcptrace(src, outdir)
+    conns = parse_long(tt.long_text)
+    apply_csv_seconds(conns, tt.csv.read_text(errors="replace"))
+    if tt.packets_seen == 0 or not conns:
+        raise CaptureError(f"{pcap.name}: no TCP packets traced ({summary.records} records read)")
+    for c in conns:
+        for dm in (c.a2b, c.b2a):
+            dm.first_packet, dm.last_packet = direction_times(summary.packets, dm.src, dm.dst)
+        if c.syns is None:
+            c.syns = (c.a2b.syn_pkts or 0) + (c.b2a.syn_pkts or 0)
+            c.fins = (c.a2b.fin_pkts or 0) + (c.b2a.fin_pkts or 0)
+    main = main_connection(conns)
+    assert main is not None
+    out: dict[str, Any] = {
+        "capture": str(pcap),
+        "packets": summary.records,
+        "tcp_packets": tt.packets_seen,
+        "connections": len(conns),
+        "main": _main_summary(main, summary.packets),
+        "connection_list": [c.to_dict() for c in conns],
+        "outputs": sorted(p.name for p in outdir.iterdir() if p.is_file()),
+    }
+    if summary.truncated or tt.truncated:
+        detail = tt.stderr.splitlines()[-1] if tt.stderr else "file ends inside a packet record"
+        # Partial numbers stay available but flagged: they undercount.
+        return {"error": f"truncated capture {pcap.name}: {detail}", "partial": out}
+    if graphs:
+        from .tsg import make_graphs  # matplotlib import is slow; only when drawing
+        try:
+            out["graphs"] = make_graphs(outdir, main, src)
+        except Exception as e:  # a drawing failure must not lose the metrics
+            out["graph_error"] = f"{type(e).__name__}: {e}"
+        out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
+    return out
+
+
+def analyze_run(run_dir: Path | str, graphs: bool = True) -> dict[str, Any]:
+    """Analyse every capture of a run and store the result in result.json["analysis"].
+
+    Returns {vantage: metrics or {"error": ...}}.  One bad capture never
+    prevents the others from being analysed.
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run}")
+    analysis: dict[str, Any] = {}
+    for vantage, pcap in capture_paths(run).items():
+        if pcap is None:
+            analysis[vantage] = {"error": f"capture missing: captures/{vantage}.pcap"}
+            continue
+        try:
+            analysis[vantage] = analyze_capture(pcap, run / "analysis" / vantage, graphs=graphs)
+        except (CaptureError, TcptraceError, OSError) as e:
+            analysis[vantage] = {"error": str(e)}
+    update_result(run, analysis)
+    return analysis
+
+
+def update_result(run: Path, analysis: dict[str, Any]) -> None:
+    """Set result.json["analysis"], keeping every other key; written atomically."""
+    path = run / "result.json"
+    result: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = json.loads(path.read_text())
+            if isinstance(loaded, dict):
+                result = loaded
+        except json.JSONDecodeError:
+            # Keep the unreadable original next to the new file instead of losing it.
+            path.replace(run / "result.json.corrupt")
+    result["analysis"] = analysis
+    fd, tmp = tempfile.mkstemp(dir=run, prefix=".result.", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,154 @@
+"""Sender-view and receiver-view throughput, as the TCP spoofing study defines them.
+
+The study (ns-2, one global clock) measures a transfer from its start to
+
+* sender view: the moment the sender RECEIVES the last ACK, and
+* receiver view: the moment the receiver SENDS the last ACK,
+
+and divides the data bytes by each duration.  A capture gives every event at
+one vantage point V instead, so the times at the end hosts are reconstructed
+from V's position on the path, which the three-way handshake reveals:
+
+    SYN seen at t1, SYN/ACK at t2, the initiator's ACK at t3
+    rtt(V <-> responder) = t2 - t1,   rtt(V <-> initiator) = t3 - t2
+
+With the final ACK (the first ACK from the receiver that covers the last data
+byte) seen at V at time tA, and one-way delays taken as half of those RTTs:
+
+    start         = t1 - rtt(V <-> initiator) / 2       (the initiator sent the SYN)
+    sender end    = tA + rtt(V <-> sender) / 2          (ACK travels on to the sender)
+    receiver end  = tA - rtt(V <-> receiver) / 2        (ACK left the receiver earlier)
+
+At a vantage right next to the sender rtt(V <-> sender) ~ 0, so the sender view
+is simply "last ACK seen - SYN seen"; next to the receiver the receiver view is.
+Without a SYN in the capture the first data segment is the start and the
+missing RTT parts count as zero (reported in "method").  Data bytes are the
+unique bytes (highest sequence acknowledged minus the first data sequence):
+what the application moved, independent of retransmissions.
+
+When a PEP splits the connection, each capture sees the segment it is on (e.g.
+lan_a: client <-> PEP A), so the values describe that segment's endpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .pcap import TcpPacket
+
+_MOD = 1 << 32
+
+
+@dataclass
+class SpoofingThroughput:
+    data_bytes: int
+    start: float  # epoch seconds, reconstructed at the initiator
+    last_ack_at_vantage: float
+    rtt_vantage_sender_ms: float
+    rtt_vantage_receiver_ms: float
+    sender_view_s: float
+    receiver_view_s: float
+    sender_bps: float
+    receiver_bps: float
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def spoofing_throughput(packets: list[TcpPacket], sender: str,
+                        receiver: str) -> SpoofingThroughput | None:
+    """Compute both views for data flowing sender -> receiver ("ip:port").
+
+    Returns None when the capture holds no data or no ACK covering it.
+    """
+    s = _split(sender)
+    r = _split(receiver)
+    fwd = [p for p in packets if (p.src, p.sport) == s and (p.dst, p.dport) == r]
+    rev = [p for p in packets if (p.src, p.sport) == r and (p.dst, p.dport) == s]
+    data = [p for p in fwd if p.payload > 0]
+    if not data:
+        return None
+    base = data[0].seq
+    # Unwrapped offsets relative to the first data byte; segments are never
+    # more than 2^31 away from it in these transfers.
+    def rel(seq: int) -> int:
+        d = (seq - base) % _MOD
+        return d - _MOD if d >= _MOD // 2 else d
+
+    first = min(rel(p.seq) for p in data)
+    end = max(rel(p.seq) + p.payload for p in data)
+    last_ack: TcpPacket | None = None
+    for p in rev:
+        if p.has_ack and not p.syn and rel(p.ack) >= end:
+            last_ack = p
+            break
+    if last_ack is None:
+        return None
+
+    rtt_s = rtt_r = 0.0
+    method_parts: list[str] = []
+    syns = [p for p in packets if p.syn and not p.has_ack
+            and {(p.src, p.sport), (p.dst, p.dport)} == {s, r}]
+    start: float
+    if syns:
+        syn = syns[-1]
+        synack = next((p for p in packets if p.syn and p.has_ack and p.ts >= syn.ts
+                       and (p.src, p.sport) == (syn.dst, syn.dport)
+                       and (p.dst, p.dport) == (syn.src, syn.sport)), None)
+        initiator = (syn.src, syn.sport)
+        if synack is not None:
+            ack3 = next((p for p in packets if p.ts >= synack.ts and p.has_ack and not p.syn
+                         and (p.src, p.sport) == initiator
+                         and (p.dst, p.dport) == (syn.dst, syn.dport)), None)
+            rtt_resp = synack.ts - syn.ts
+            rtt_init = (ack3.ts - synack.ts) if ack3 is not None else 0.0
+            if initiator == s:
+                rtt_s, rtt_r = rtt_init, rtt_resp
+            else:
+                rtt_s, rtt_r = rtt_resp, rtt_init
+            method_parts.append("handshake split")
+            if ack3 is None:
+                method_parts.append("no third ACK: initiator side counted as 0")
+            start = syn.ts - rtt_init / 2
+        else:
+            method_parts.append("no SYN/ACK: vantage RTTs counted as 0")
+            start = syn.ts
+    else:
+        start = data[0].ts
+        method_parts.append("no SYN: start at first data segment, vantage RTTs counted as 0")
+
+    nbytes = end - first
+    sender_end = last_ack.ts + rtt_s / 2
+    receiver_end = last_ack.ts - rtt_r / 2
+    sv = sender_end - start
+    rv = receiver_end - start
+    return SpoofingThroughput(
+        data_bytes=nbytes,
+        start=start,
+        last_ack_at_vantage=last_ack.ts,
+        rtt_vantage_sender_ms=rtt_s * 1000,
+        rtt_vantage_receiver_ms=rtt_r * 1000,
+        sender_view_s=sv,
+        receiver_view_s=rv,
+        sender_bps=8 * nbytes / sv if sv > 0 else 0.0,
+        receiver_bps=8 * nbytes / rv if rv > 0 else 0.0,
+        method="; ".join(method_parts),
+    )
+
+
+def direction_times(packets: list[TcpPacket], src: str,
+                    dst: str) -> tuple[float | None, float | None]:
+    """First and last packet time for src -> dst."""
+    s = _split(src)
+    d = _split(dst)
+    times = [p.ts for p in packets if (p.src, p.sport) == s and (p.dst, p.dport) == d]
+    if not times:
+        return None, None
+    return min(times), max(times)
