@@ -1,0 +1,270 @@
+package saratoga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ClientConfig configures Get and Put.
+type ClientConfig struct {
+	Server  string        // host:port of the Saratoga server
+	RateBPS int64         // pacing rate when this side sends (put)
+	Timeout time.Duration // inactivity timeout
+	MTU     int           // 0 means DefaultMTU
+	// Checksum is the METADATA checksum a put sends (get uses the server's).
+	Checksum ChecksumType
+	// Descriptor fixes the put descriptor width; AutoDescriptor picks the
+	// narrowest that fits the file.
+	Descriptor     Descriptor
+	AutoDescriptor bool
+	// Linger is how long a get keeps answering the server after completion
+	// in case its final STATUS frames were lost.
+	Linger time.Duration
+	// Conn, if set, is used instead of a fresh UDP socket (tests wrap it to
+	// inject loss). The client sets a read deadline on it when done.
+	Conn net.PacketConn
+}
+
+func (c *ClientConfig) defaults() {
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.RateBPS <= 0 {
+		c.RateBPS = 8_000_000
+	}
+}
+
+// clientConn is one client session's socket plus its reader goroutine.
+type clientConn struct {
+	conn   net.PacketConn
+	own    bool
+	peer   net.Addr
+	in     chan any
+	bad    atomic.Uint64
+	wg     sync.WaitGroup
+	closed bool
+}
+
+func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
+	peer, err := net.ResolveUDPAddr("udp", cfg.Server)
+	if err != nil {
+		return nil, fmt.Errorf("resolve server %q: %w", cfg.Server, err)
+	}
+	c := &clientConn{conn: cfg.Conn, peer: peer, in: make(chan any, 8192)}
+	if c.conn == nil {
+		network := "udp4"
+		if peer.IP.To4() == nil {
+			network = "udp6"
+		}
+		if c.conn, err = net.ListenPacket(network, ":0"); err != nil {
+			return nil, fmt.Errorf("open UDP socket: %w", err)
+		}
+		c.own = true
+		if u, ok := c.conn.(*net.UDPConn); ok {
+			// Room for a burst of frames while the receiver writes to disk.
+			_ = u.SetReadBuffer(4 << 20)
+			_ = u.SetWriteBuffer(4 << 20)
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = readLoop(c.conn, &c.bad, func(_ net.Addr, f any) {
+			// Frames are matched on the transaction id, not the source
+			// address, so a multi-homed server still works.
+			if frameSession(f) != session {
+				return
+			}
+			select {
+			case c.in <- f:
+			default: // receiver overrun: same as loss
+			}
+		})
+	}()
+	return c, nil
+}
+
+func (c *clientConn) send(b []byte) error {
+	_, err := c.conn.WriteTo(b, c.peer)
+	return err
+}
+
+func (c *clientConn) close() {
+	if c.own {
+		c.conn.Close()
+	} else {
+		_ = c.conn.SetReadDeadline(time.Now())
+	}
+	c.wg.Wait()
+}
+
+func frameSession(f any) uint32 {
+	switch v := f.(type) {
+	case *Request:
+		return v.Session
+	case *Metadata:
+		return v.Session
+	case *Data:
+		return v.Session
+	case *Status:
+		return v.Session
+	}
+	return 0
+}
+
+// describe turns a peer error code into a clear message.
+func describe(op, name string, err error) error {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return fmt.Errorf("%s %q: server refused: %w", op, name, err)
+	}
+	return fmt.Errorf("%s %q: %w", op, name, err)
+}
+
+// Get fetches name from the server into out (written as out.part and
+// renamed once the checksum verifies).
+func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, error) {
+	cfg.defaults()
+	session := newSessionID()
+	req, err := (&Request{Descriptor: D64, Type: ReqGet, Session: session, Path: name}).Append(nil)
+	if err != nil {
+		return nil, describe("get", name, err)
+	}
+	tmp := out + ".part"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, describe("get", name, err)
+	}
+	cc, err := dialClient(&cfg, session)
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, describe("get", name, err)
+	}
+	start := time.Now()
+	rcv := newReceiver(receiverConfig{
+		Session: session, Descriptor: D64, MTU: cfg.MTU, Timeout: cfg.Timeout,
+		Linger: cfg.Linger,
+		Retry:  func() error { return cc.send(req) }, RetryEvery: time.Second,
+	}, f, cc.send, cc.in)
+	_, _, rcvErr := rcv.run(ctx)
+	// Completion time excludes the linger period.
+	elapsed := rcv.completedAt.Sub(start)
+	cc.close()
+	if cerr := f.Close(); rcvErr == nil && cerr != nil {
+		rcvErr = cerr
+	}
+	if rcvErr != nil {
+		os.Remove(tmp)
+		return nil, describe("get", name, rcvErr)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return nil, describe("get", name, err)
+	}
+	s := &Summary{Op: "get", File: name, Bytes: rcv.meta.Dirent.Size, Descriptor: rcv.meta.Descriptor.Bits(),
+		Checksum: rcv.meta.ChecksumType.String(), ChecksumOK: rcv.checksumOK}
+	s.fill(rcv.stats, elapsed)
+	s.MalformedFrames = cc.bad.Load()
+	return s, nil
+}
+
+// Put sends the local file to the server, stored there as remote.
+func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary, error) {
+	cfg.defaults()
+	if remote == "" {
+		remote = filepath.Base(local)
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, describe("put", remote, fmt.Errorf("%s is not a regular file", local))
+	}
+	size := uint64(fi.Size())
+	desc := cfg.Descriptor
+	if cfg.AutoDescriptor {
+		desc = DescriptorFor(size)
+	}
+	sum, err := ChecksumOf(f, size, cfg.Checksum)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	session := newSessionID()
+	meta := &Metadata{Descriptor: desc, ChecksumType: cfg.Checksum, Checksum: sum, Session: session,
+		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(fi.ModTime()), Path: remote}}
+	req, err := (&Request{Descriptor: desc, Type: ReqPut, Session: session, Path: remote}).Append(nil)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	cc, err := dialClient(&cfg, session)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	defer cc.close()
+	start := time.Now()
+	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
+		return nil, describe("put", remote, err)
+	}
+	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, MTU: cfg.MTU, Timeout: cfg.Timeout},
+		f, size, meta, cc.send, cc.in)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	st, err := snd.run(ctx)
+	if err != nil {
+		return nil, describe("put", remote, err)
+	}
+	s := &Summary{Op: "put", File: remote, Bytes: size, RateBPS: cfg.RateBPS, Descriptor: desc.Bits(),
+		Checksum: cfg.Checksum.String(), ChecksumOK: true}
+	s.fill(st, time.Since(start))
+	s.MalformedFrames = cc.bad.Load()
+	return s, nil
+}
+
+// awaitAcceptance sends a put REQUEST until the server answers with a
+// STATUS: success lets the transfer start, an error code ends it.
+func awaitAcceptance(ctx context.Context, cc *clientConn, req []byte, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	if err := cc.send(req); err != nil {
+		return fmt.Errorf("send request: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f := <-cc.in:
+			if st, ok := f.(*Status); ok {
+				if st.Error != ErrSuccess {
+					return &RemoteError{Code: st.Error}
+				}
+				return nil
+			}
+		case now := <-retry.C:
+			if now.After(deadline) {
+				return fmt.Errorf("no response from server within %v: %w", timeout, ErrTimeout)
+			}
+			if err := cc.send(req); err != nil {
+				return fmt.Errorf("send request: %w", err)
+			}
+		}
+	}
+}

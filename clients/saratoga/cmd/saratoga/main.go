@@ -1,0 +1,161 @@
+// Command saratoga is a Saratoga (draft-wood-tsvwg-saratoga-21) file
+// transfer server and client.
+//
+//	saratoga serve -root DIR [-listen :7542] [-rate BPS] [-descriptor 16|32|64|auto] [-checksum md5|sha1|crc32|none]
+//	saratoga get -server HOST:PORT -file NAME -out PATH [-rate BPS] [-timeout DUR]
+//	saratoga put -server HOST:PORT -file LOCALPATH [-name REMOTE] [-rate BPS] [-timeout DUR]
+//
+// get and put print one JSON summary line on stdout on success; on failure
+// they print one error line on stderr and exit non-zero.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"satbed/clients/saratoga"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "saratoga: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: saratoga serve|get|put [flags] (saratoga CMD -h for flags)"
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) < 1 {
+		return errors.New(usage)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "get", "put":
+		return transfer(ctx, args[0], args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown command %q; %s", args[0], usage)
+}
+
+func parseDescriptor(s string) (saratoga.Descriptor, bool, error) {
+	if s == "auto" {
+		return saratoga.D64, true, nil
+	}
+	bits, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("-descriptor %q: want 16, 32, 64 or auto", s)
+	}
+	d, err := saratoga.ParseDescriptorBits(bits)
+	return d, false, err
+}
+
+func parseChecksum(s string) (saratoga.ChecksumType, error) {
+	for _, c := range []saratoga.ChecksumType{saratoga.CsumNone, saratoga.CsumCRC32, saratoga.CsumMD5, saratoga.CsumSHA1} {
+		if c.String() == s {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("-checksum %q: want md5, sha1, crc32 or none", s)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", "", "directory to serve (required)")
+	listen := fs.String("listen", fmt.Sprintf(":%d", saratoga.Port), "UDP address to listen on")
+	rate := fs.Int64("rate", 8_000_000, "sending rate of each get transfer, bits/s of IP packets")
+	desc := fs.String("descriptor", "auto", "offset width: 16, 32, 64 or auto (narrowest that fits)")
+	csum := fs.String("checksum", "md5", "METADATA checksum: md5, sha1, crc32 or none")
+	timeout := fs.Duration("timeout", 30*time.Second, "per-session inactivity timeout")
+	mtu := fs.Int("mtu", saratoga.DefaultMTU, "IP MTU frames are sized for")
+	quiet := fs.Bool("q", false, "do not log sessions")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *root == "" {
+		return errors.New("serve: -root is required")
+	}
+	d, auto, err := parseDescriptor(*desc)
+	if err != nil {
+		return err
+	}
+	c, err := parseChecksum(*csum)
+	if err != nil {
+		return err
+	}
+	conn, err := net.ListenPacket("udp", *listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer conn.Close()
+	if u, ok := conn.(*net.UDPConn); ok {
+		_ = u.SetReadBuffer(4 << 20)
+		_ = u.SetWriteBuffer(4 << 20)
+	}
+	srv := &saratoga.Server{Root: *root, RateBPS: *rate, Descriptor: d, AutoDescriptor: auto, Checksum: c,
+		Timeout: *timeout, MTU: *mtu, Linger: 5 * time.Second}
+	if !*quiet {
+		srv.Log = log.New(stderr, "saratoga: ", log.LstdFlags|log.LUTC)
+		srv.Log.Printf("serving %s on %v (rate %d bit/s, checksum %v)", *root, conn.LocalAddr(), *rate, c)
+	}
+	return srv.Serve(ctx, conn)
+}
+
+func transfer(ctx context.Context, op string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(op, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.String("server", "", "server HOST:PORT (required)")
+	file := fs.String("file", "", "get: remote name; put: local path (required)")
+	out := fs.String("out", "", "get: local output path (required)")
+	name := fs.String("name", "", "put: remote name (default: base name of -file)")
+	rate := fs.Int64("rate", 8_000_000, "put: sending rate, bits/s of IP packets")
+	timeout := fs.Duration("timeout", 30*time.Second, "inactivity timeout")
+	desc := fs.String("descriptor", "auto", "put: offset width 16, 32, 64 or auto")
+	csum := fs.String("checksum", "md5", "put: METADATA checksum md5, sha1, crc32 or none")
+	mtu := fs.Int("mtu", saratoga.DefaultMTU, "IP MTU frames are sized for")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *server == "" || *file == "" || (op == "get" && *out == "") {
+		return fmt.Errorf("%s: -server, -file%s are required", op, map[bool]string{true: " and -out", false: ""}[op == "get"])
+	}
+	d, auto, err := parseDescriptor(*desc)
+	if err != nil {
+		return err
+	}
+	c, err := parseChecksum(*csum)
+	if err != nil {
+		return err
+	}
+	cfg := saratoga.ClientConfig{Server: *server, RateBPS: *rate, Timeout: *timeout, MTU: *mtu,
+		Checksum: c, Descriptor: d, AutoDescriptor: auto, Linger: time.Second}
+	var sum *saratoga.Summary
+	if op == "get" {
+		sum, err = saratoga.Get(ctx, cfg, *file, *out)
+	} else {
+		sum, err = saratoga.Put(ctx, cfg, *file, *name)
+	}
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
+}

@@ -1,0 +1,41 @@
+package saratoga
+
+import "time"
+
+// WireOverhead is the per-frame IPv4 + UDP header size counted against the
+// configured rate (link-layer framing is not counted).
+const WireOverhead = 20 + 8
+
+// pacer is a token bucket in bits. The sender has no congestion control:
+// it transmits at exactly this rate, and the bucket depth only absorbs
+// timer oversleep so the long-run rate holds.
+type pacer struct {
+	rate   float64 // bits per second
+	burst  float64 // bucket depth in bits
+	tokens float64
+	last   time.Time
+}
+
+func newPacer(rateBPS int64, frameBytes int, now time.Time) *pacer {
+	r := float64(rateBPS)
+	// Allow a few frames or 5 ms of credit, whichever is larger.
+	burst := max(4*float64(frameBytes+WireOverhead)*8, r*0.005)
+	return &pacer{rate: r, burst: burst, tokens: float64(frameBytes+WireOverhead) * 8, last: now}
+}
+
+// delay refills the bucket and returns how long to wait before a frame of
+// n UDP payload bytes may be sent.
+func (p *pacer) delay(n int, now time.Time) time.Duration {
+	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
+	p.last = now
+	need := float64(n+WireOverhead) * 8
+	if p.tokens >= need {
+		return 0
+	}
+	return time.Duration((need - p.tokens) / p.rate * float64(time.Second))
+}
+
+// consume charges a sent frame of n UDP payload bytes.
+func (p *pacer) consume(n int) {
+	p.tokens -= float64(n+WireOverhead) * 8
+}

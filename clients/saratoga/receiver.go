@@ -1,0 +1,299 @@
+package saratoga
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"crypto/sha1"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"time"
+)
+
+// maxUnannouncedOffset bounds DATA accepted before METADATA gives the size,
+// so a bogus frame cannot make the receiver create a huge sparse file.
+const maxUnannouncedOffset = 1 << 40
+
+// sinkFile is what a receiver writes into.
+type sinkFile interface {
+	io.WriterAt
+	io.ReaderAt
+	Truncate(int64) error
+}
+
+type receiverConfig struct {
+	Session        uint32
+	Descriptor     Descriptor // used for STATUS before any frame shows the sender's
+	MTU            int
+	Timeout        time.Duration // give up after this long without a frame
+	StatusInterval time.Duration // unsolicited STATUS period
+	Linger         time.Duration // keep answering after completion
+	// Retry, if set, is called every RetryEvery until the first frame
+	// arrives (a client re-sending its REQUEST).
+	// OnComplete, if set, runs once the object verifies and before the
+	// final STATUS is sent; an error is reported to the sender.
+	OnComplete func() error
+	Retry      func() error
+	RetryEvery time.Duration
+	Now        func() time.Time
+}
+
+// receiver collects one object, reports holes and verifies the checksum.
+type receiver struct {
+	cfg  receiverConfig
+	dst  sinkFile
+	send func([]byte) error
+	in   <-chan any
+
+	meta       *Metadata
+	desc       Descriptor
+	got        rangeSet
+	heard      bool
+	lastHeard  time.Time
+	lastStatus time.Time
+	lastRetry  time.Time
+	stats      TransferStats
+	checksumOK bool
+	// completedAt is when the object was complete and verified.
+	completedAt time.Time
+	buf         []byte
+}
+
+func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <-chan any) *receiver {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = 200 * time.Millisecond
+	}
+	if cfg.RetryEvery <= 0 {
+		cfg.RetryEvery = time.Second
+	}
+	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.MTU)}
+}
+
+// ChecksumOf hashes the first size bytes of r with the given algorithm.
+func ChecksumOf(r io.ReaderAt, size uint64, t ChecksumType) ([]byte, error) {
+	var h hash.Hash
+	switch t {
+	case CsumNone:
+		return nil, nil
+	case CsumCRC32:
+		h = crc32.NewIEEE()
+	case CsumMD5:
+		h = md5.New()
+	case CsumSHA1:
+		h = sha1.New()
+	default:
+		return nil, fmt.Errorf("unknown checksum type %d", t)
+	}
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, int64(size))); err != nil {
+		return nil, fmt.Errorf("checksum: %w", err)
+	}
+	return h.Sum(nil), nil
+}
+
+func (r *receiver) complete() bool {
+	return r.meta != nil && r.got.complete(r.meta.Dirent.Size)
+}
+
+// run receives until the object is complete and verified, then lingers.
+func (r *receiver) run(ctx context.Context) (TransferStats, *Metadata, error) {
+	now := r.cfg.Now()
+	r.lastHeard, r.lastStatus = now, now
+	if r.cfg.Retry != nil {
+		r.lastRetry = now
+		if err := r.cfg.Retry(); err != nil {
+			return r.stats, nil, err
+		}
+	}
+	tick := time.NewTicker(min(r.cfg.StatusInterval, r.cfg.RetryEvery) / 2)
+	defer tick.Stop()
+	for !r.complete() {
+		select {
+		case <-ctx.Done():
+			return r.stats, r.meta, ctx.Err()
+		case f := <-r.in:
+			if err := r.handle(f); err != nil {
+				return r.stats, r.meta, err
+			}
+		case <-tick.C:
+			now := r.cfg.Now()
+			if now.Sub(r.lastHeard) > r.cfg.Timeout {
+				r.sendStatus(nil, ErrRxTimeout)
+				if !r.heard {
+					return r.stats, r.meta, fmt.Errorf("no response from peer within %v: %w", r.cfg.Timeout, ErrTimeout)
+				}
+				return r.stats, r.meta, fmt.Errorf("receiver: nothing from sender for %v: %w", r.cfg.Timeout, ErrTimeout)
+			}
+			if !r.heard && r.cfg.Retry != nil && now.Sub(r.lastRetry) >= r.cfg.RetryEvery {
+				r.lastRetry = now
+				if err := r.cfg.Retry(); err != nil {
+					return r.stats, r.meta, err
+				}
+			}
+			if r.heard && now.Sub(r.lastStatus) >= r.cfg.StatusInterval {
+				r.sendStatus(nil, ErrSuccess)
+			}
+		}
+	}
+	sum, err := ChecksumOf(r.dst, r.meta.Dirent.Size, r.meta.ChecksumType)
+	if err != nil {
+		r.sendStatus(nil, ErrUnspecified)
+		return r.stats, r.meta, err
+	}
+	if !bytes.Equal(sum, r.meta.Checksum) {
+		r.sendStatus(nil, ErrUnspecified)
+		return r.stats, r.meta, fmt.Errorf("%v checksum mismatch: got %x, metadata says %x", r.meta.ChecksumType, sum, r.meta.Checksum)
+	}
+	r.checksumOK = true
+	r.completedAt = r.cfg.Now()
+	if err := r.dst.Truncate(int64(r.meta.Dirent.Size)); err != nil {
+		return r.stats, r.meta, fmt.Errorf("truncate: %w", err)
+	}
+	// Repeat the final STATUS: losing it only costs the sender a timeout,
+	// but three copies make that unlikely even at 10% loss.
+	if r.cfg.OnComplete != nil {
+		if err := r.cfg.OnComplete(); err != nil {
+			r.sendStatus(nil, ErrCantReceive)
+			return r.stats, r.meta, fmt.Errorf("receiver: %w", err)
+		}
+	}
+	for range 3 {
+		r.sendStatus(nil, ErrSuccess)
+	}
+	r.linger(ctx)
+	return r.stats, r.meta, nil
+}
+
+// linger answers the sender's probes with the final STATUS for a while, in
+// case every copy of it was lost.
+func (r *receiver) linger(ctx context.Context) {
+	if r.cfg.Linger <= 0 {
+		return
+	}
+	t := time.NewTimer(r.cfg.Linger)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case f := <-r.in:
+			if d, ok := f.(*Data); ok && d.ReqStatus {
+				r.sendStatus(d, ErrSuccess)
+			}
+		}
+	}
+}
+
+func (r *receiver) handle(f any) error {
+	now := r.cfg.Now()
+	switch v := f.(type) {
+	case *Request:
+		// A re-sent REQUEST means our earlier answer was lost.
+		if v.Session == r.cfg.Session {
+			r.sendStatus(nil, ErrSuccess)
+		}
+	case *Status:
+		if v.Session == r.cfg.Session && v.Error != ErrSuccess {
+			return &RemoteError{Code: v.Error}
+		}
+		r.heard, r.lastHeard = true, now
+	case *Metadata:
+		if v.Session != r.cfg.Session {
+			return nil
+		}
+		r.heard, r.lastHeard = true, now
+		if r.meta != nil {
+			return nil
+		}
+		if v.Transfer != 0 || v.Dirent.Properties != 0 {
+			r.sendStatus(nil, ErrBadRequest)
+			return fmt.Errorf("receiver: only plain file transfers are supported (transfer %d, properties %d)", v.Transfer, v.Dirent.Properties)
+		}
+		if v.Dirent.Size > maxUnannouncedOffset {
+			r.sendStatus(nil, ErrFileTooBig)
+			return fmt.Errorf("receiver: object of %d bytes is too big", v.Dirent.Size)
+		}
+		r.meta, r.desc = v, v.Descriptor
+		if err := r.dst.Truncate(int64(v.Dirent.Size)); err != nil {
+			r.sendStatus(nil, ErrCantReceive)
+			return fmt.Errorf("receiver: %w", err)
+		}
+	case *Data:
+		if v.Session != r.cfg.Session {
+			return nil
+		}
+		r.heard, r.lastHeard = true, now
+		if r.meta == nil {
+			r.desc = v.Descriptor
+		}
+		end := v.Offset + uint64(len(v.Payload))
+		limit := uint64(maxUnannouncedOffset)
+		if r.meta != nil {
+			limit = r.meta.Dirent.Size
+		}
+		if end > limit {
+			r.stats.DuplicateFrames++
+			return nil
+		}
+		r.stats.DataFramesReceived++
+		if len(v.Payload) > 0 {
+			below := v.Offset < r.got.highest()
+			fresh := r.got.add(v.Offset, end)
+			switch {
+			case fresh == 0:
+				r.stats.DuplicateFrames++
+			default:
+				if below {
+					r.stats.RetransmittedFrames++
+				}
+				if _, err := r.dst.WriteAt(v.Payload, int64(v.Offset)); err != nil {
+					r.sendStatus(nil, ErrCantReceive)
+					return fmt.Errorf("receiver: write at %d: %w", v.Offset, err)
+				}
+			}
+		}
+		if v.ReqStatus {
+			r.sendStatus(v, ErrSuccess)
+		}
+	}
+	return nil
+}
+
+// sendStatus reports progress and holes; req is the DATA frame that asked
+// for it (nil for an unsolicited STATUS).
+func (r *receiver) sendStatus(req *Data, code ErrorCode) {
+	st := Status{
+		Descriptor:      r.desc,
+		Session:         r.cfg.Session,
+		MetadataMissing: r.meta == nil,
+		Voluntary:       req == nil,
+		Error:           code,
+		Progress:        r.got.contiguous(),
+	}
+	if req != nil {
+		st.InResponseTo = req.Offset
+		st.HasTimestamp, st.Timestamp = req.HasTimestamp, req.Timestamp
+	}
+	if code == ErrSuccess {
+		maxN := (r.cfg.MTU - WireOverhead - StatusHeaderLen(st.Descriptor, st.HasTimestamp)) / (2 * st.Descriptor.Size())
+		st.Holes, st.Incomplete = r.got.holes(r.got.highest(), max(maxN, 0))
+	}
+	if st.Progress > st.Descriptor.Max() {
+		st.Progress = st.Descriptor.Max()
+	}
+	b, err := st.Append(r.buf[:0])
+	if err != nil {
+		return
+	}
+	_ = r.send(b) // a lost STATUS is repaired by the next one
+	r.lastStatus = r.cfg.Now()
+	r.stats.StatusFrames++
+	r.stats.HolesRequested += uint64(len(st.Holes))
+	r.stats.BytesWire += uint64(len(b))
+}

@@ -1,0 +1,348 @@
+package saratoga
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// RemoteError is an error code reported by the peer in a STATUS frame.
+type RemoteError struct {
+	Code ErrorCode
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("peer reported error 0x%02x (%v)", uint8(e.Code), e.Code)
+}
+
+// ErrTimeout is wrapped by every inactivity timeout.
+var ErrTimeout = errors.New("timed out")
+
+// TransferStats are the counters a transfer endpoint keeps.
+type TransferStats struct {
+	DataFramesSent      uint64
+	DataFramesReceived  uint64
+	RetransmittedFrames uint64 // sender: hole resends; receiver: frames that filled a hole
+	ProbeFrames         uint64 // sender: DATA re-sent only to solicit STATUS
+	DuplicateFrames     uint64 // receiver: DATA carrying no new bytes
+	MetadataSent        uint64
+	StatusFrames        uint64 // sender: received; receiver: sent
+	HolesRequested      uint64 // hole ranges listed in STATUS frames (sent or received)
+	BytesWire           uint64 // UDP payload bytes sent by this endpoint
+	SRTT                time.Duration
+}
+
+// senderConfig tunes a sender.
+type senderConfig struct {
+	Session    uint32
+	Descriptor Descriptor
+	RateBPS    int64
+	MTU        int           // IP MTU the frames must fit
+	Timeout    time.Duration // give up after this long without a STATUS
+	// ReqEvery and ReqInterval bound how often DATA asks for a STATUS.
+	ReqEvery    int
+	ReqInterval time.Duration
+	Now         func() time.Time
+}
+
+// sender transmits one object at a fixed rate and repairs the holes the
+// receiver reports. It never waits for acknowledgements before sending new
+// data: STATUS frames only steer retransmission.
+type sender struct {
+	cfg   senderConfig
+	src   io.ReaderAt
+	size  uint64
+	meta  []byte // encoded METADATA
+	send  func([]byte) error
+	in    <-chan any
+	chunk int // payload bytes per DATA frame
+
+	nChunks  int
+	nextNew  int      // next never-sent chunk
+	lastSeq  []uint64 // transmission sequence of each chunk's last send
+	lastTime []int64  // monotonic ns of each chunk's last send
+	queued   []bool
+	queue    []int
+
+	seq         uint64 // frames sent so far (DATA and METADATA)
+	metaSeq     uint64
+	metaTime    time.Time
+	metaNeeded  bool
+	sinceReq    int
+	lastReqTime time.Time
+	lastProbe   time.Time
+	lastHeard   time.Time
+	start       time.Time
+	done        bool
+	err         error
+	stats       TransferStats
+	buf         []byte
+	readBuf     []byte
+}
+
+// chunkSize is the DATA payload per frame. Room for the optional timestamp
+// is always reserved so every chunk has the same size whether or not its
+// frame carries a STATUS request.
+func chunkSize(mtu int, d Descriptor) int {
+	return mtu - WireOverhead - DataHeaderLen(d, true)
+}
+
+func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, send func([]byte) error, in <-chan any) (*sender, error) {
+	if cfg.RateBPS <= 0 {
+		return nil, errors.New("rate must be positive")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ReqEvery <= 0 {
+		cfg.ReqEvery = 32
+	}
+	if cfg.ReqInterval <= 0 {
+		cfg.ReqInterval = 50 * time.Millisecond
+	}
+	if size > cfg.Descriptor.Max() {
+		return nil, fmt.Errorf("size %d does not fit a %d-bit descriptor", size, cfg.Descriptor.Bits())
+	}
+	chunk := chunkSize(cfg.MTU, cfg.Descriptor)
+	if chunk < 16 {
+		return nil, fmt.Errorf("MTU %d too small", cfg.MTU)
+	}
+	mb, err := meta.Append(nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(mb)+WireOverhead > cfg.MTU {
+		return nil, fmt.Errorf("metadata frame of %d bytes exceeds MTU %d", len(mb), cfg.MTU)
+	}
+	n := int((size + uint64(chunk) - 1) / uint64(chunk))
+	return &sender{
+		cfg: cfg, src: src, size: size, meta: mb, send: send, in: in, chunk: chunk,
+		nChunks: n, lastSeq: make([]uint64, n), lastTime: make([]int64, n), queued: make([]bool, n),
+		metaNeeded: true,
+		buf:        make([]byte, 0, cfg.MTU), readBuf: make([]byte, chunk),
+	}, nil
+}
+
+func (s *sender) chunkRange(c int) (uint64, uint64) {
+	off := uint64(c) * uint64(s.chunk)
+	return off, min(off+uint64(s.chunk), s.size)
+}
+
+// probeInterval spaces STATUS-soliciting probes while nothing else is due.
+func (s *sender) probeInterval() time.Duration {
+	if s.stats.SRTT == 0 {
+		return 100 * time.Millisecond
+	}
+	return min(max(s.stats.SRTT/4, 10*time.Millisecond), 500*time.Millisecond)
+}
+
+// staleAfter is how old a chunk's last send must be before a hole report
+// that carries no echoed timestamp may trigger a resend.
+func (s *sender) staleAfter() time.Duration {
+	if s.stats.SRTT == 0 {
+		return time.Second
+	}
+	return s.stats.SRTT*5/4 + 20*time.Millisecond
+}
+
+func (s *sender) run(ctx context.Context) (TransferStats, error) {
+	now := s.cfg.Now()
+	s.start, s.lastHeard, s.lastReqTime = now, now, now
+	pace := newPacer(s.cfg.RateBPS, s.cfg.MTU-WireOverhead, now)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.drain()
+		if s.err != nil {
+			return s.stats, s.err
+		}
+		if s.done {
+			return s.stats, nil
+		}
+		now = s.cfg.Now()
+		if now.Sub(s.lastHeard) > s.cfg.Timeout {
+			return s.stats, fmt.Errorf("sender: no STATUS from receiver for %v: %w", s.cfg.Timeout, ErrTimeout)
+		}
+		frame := s.next(now)
+		if frame == nil {
+			// Idle: wait for a STATUS, the next probe, or cancellation.
+			wait := s.probeInterval() - now.Sub(s.lastProbe)
+			timer.Reset(max(wait, time.Millisecond))
+			select {
+			case <-ctx.Done():
+				return s.stats, ctx.Err()
+			case f := <-s.in:
+				s.handle(f)
+			case <-timer.C:
+			}
+			continue
+		}
+		if d := pace.delay(len(frame), now); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-ctx.Done():
+				return s.stats, ctx.Err()
+			case <-timer.C:
+			}
+			pace.delay(len(frame), s.cfg.Now())
+		}
+		pace.consume(len(frame))
+		// A send error (full socket buffer, transient route failure) is
+		// just loss to a rate-based protocol: the hole will be reported.
+		_ = s.send(frame)
+		s.stats.BytesWire += uint64(len(frame))
+	}
+}
+
+// drain handles every STATUS already queued without blocking.
+func (s *sender) drain() {
+	for {
+		select {
+		case f := <-s.in:
+			s.handle(f)
+		default:
+			return
+		}
+	}
+}
+
+type frameKind int
+
+const (
+	kindNew frameKind = iota
+	kindResend
+	kindProbe
+)
+
+// next builds the next frame to send, or nil if nothing is due.
+func (s *sender) next(now time.Time) []byte {
+	if s.metaNeeded {
+		s.metaNeeded = false
+		s.seq++
+		s.metaSeq, s.metaTime = s.seq, now
+		s.stats.MetadataSent++
+		return s.meta
+	}
+	var c int
+	kind := kindNew
+	switch {
+	case len(s.queue) > 0:
+		c = s.queue[0]
+		s.queue = s.queue[1:]
+		s.queued[c] = false
+		kind = kindResend
+	case s.nextNew < s.nChunks:
+		c = s.nextNew
+		s.nextNew++
+	case now.Sub(s.lastProbe) >= s.probeInterval():
+		c = s.nChunks - 1 // -1 for an empty object: an empty EOD frame
+		kind = kindProbe
+	default:
+		return nil
+	}
+	req := kind == kindProbe || s.sinceReq+1 >= s.cfg.ReqEvery || now.Sub(s.lastReqTime) >= s.cfg.ReqInterval
+	if kind == kindResend && len(s.queue) == 0 && s.nextNew >= s.nChunks {
+		// Last repair of a round in the tail: ask at once where we stand.
+		req = true
+	}
+	s.seq++
+	d := Data{Descriptor: s.cfg.Descriptor, Session: s.cfg.Session, ReqStatus: req}
+	if c >= 0 {
+		start, end := s.chunkRange(c)
+		p := s.readBuf[:end-start]
+		if _, err := s.src.ReadAt(p, int64(start)); err != nil && !errors.Is(err, io.EOF) {
+			s.err = fmt.Errorf("sender: reading offset %d: %w", start, err)
+			return nil
+		}
+		d.Offset, d.Payload, d.EOD = start, p, end == s.size
+		s.lastSeq[c], s.lastTime[c] = s.seq, now.UnixNano()
+	} else {
+		d.EOD = true
+	}
+	if req {
+		d.HasTimestamp = true
+		binary.BigEndian.PutUint64(d.Timestamp[0:8], s.seq)
+		binary.BigEndian.PutUint64(d.Timestamp[8:16], uint64(now.UnixNano()))
+		s.sinceReq, s.lastReqTime = 0, now
+	} else {
+		s.sinceReq++
+	}
+	switch kind {
+	case kindResend:
+		s.stats.RetransmittedFrames++
+	case kindProbe:
+		s.stats.ProbeFrames++
+		s.lastProbe = now
+	}
+	s.stats.DataFramesSent++
+	b, err := d.Append(s.buf[:0])
+	if err != nil {
+		s.err = fmt.Errorf("sender: %w", err)
+		return nil
+	}
+	return b
+}
+
+func (s *sender) handle(f any) {
+	st, ok := f.(*Status)
+	if !ok || st.Session != s.cfg.Session {
+		return
+	}
+	now := s.cfg.Now()
+	s.lastHeard = now
+	s.stats.StatusFrames++
+	s.stats.HolesRequested += uint64(len(st.Holes))
+	if st.Error != ErrSuccess {
+		s.err = &RemoteError{Code: st.Error}
+		return
+	}
+	var echoSeq uint64
+	echo := false
+	if st.HasTimestamp {
+		seq := binary.BigEndian.Uint64(st.Timestamp[0:8])
+		sent := int64(binary.BigEndian.Uint64(st.Timestamp[8:16]))
+		if seq > 0 && seq <= s.seq && sent <= now.UnixNano() {
+			echo, echoSeq = true, seq
+			sample := time.Duration(now.UnixNano() - sent)
+			if s.stats.SRTT == 0 {
+				s.stats.SRTT = sample
+			} else {
+				s.stats.SRTT = (7*s.stats.SRTT + sample) / 8
+			}
+		}
+	}
+	if st.MetadataMissing {
+		if (echo && s.metaSeq < echoSeq) || (!echo && now.Sub(s.metaTime) > s.staleAfter()) {
+			s.metaNeeded = true
+		}
+		// Without metadata the receiver cannot be complete.
+	} else if st.Progress >= s.size && len(st.Holes) == 0 {
+		s.done = true
+		return
+	}
+	stale := now.Add(-s.staleAfter()).UnixNano()
+	for _, h := range st.Holes {
+		if h.Start >= s.size || h.End <= h.Start {
+			continue
+		}
+		first := int(h.Start / uint64(s.chunk))
+		last := int((min(h.End, s.size) - 1) / uint64(s.chunk))
+		for c := first; c <= last && c < s.nextNew; c++ {
+			if s.queued[c] {
+				continue
+			}
+			// Resend only if the copy the receiver is missing was sent
+			// before the frame that solicited this STATUS; later copies
+			// may still be in flight.
+			if (echo && s.lastSeq[c] < echoSeq) || (!echo && s.lastTime[c] < stale) {
+				s.queued[c] = true
+				s.queue = append(s.queue, c)
+			}
+		}
+	}
+	// A receiver that has everything but hasn't confirmed keeps getting
+	// probes from the idle path in run.
+}

@@ -1,0 +1,316 @@
+package saratoga
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Server serves one directory over Saratoga: REQUEST get sends a file,
+// REQUEST put receives one. Each transaction runs in its own goroutine;
+// all share the listening socket.
+type Server struct {
+	Root           string
+	RateBPS        int64 // pacing rate of each get transfer
+	Descriptor     Descriptor
+	AutoDescriptor bool // narrowest descriptor that fits each file
+	Checksum       ChecksumType
+	Timeout        time.Duration // per-session inactivity timeout
+	MTU            int
+	Linger         time.Duration // how long a finished put keeps answering
+	Log            *log.Logger   // nil discards
+
+	malformed atomic.Uint64
+	sessions  atomic.Uint64
+	failed    atomic.Uint64
+}
+
+// ServerStats are cumulative server counters.
+type ServerStats struct {
+	Malformed, Sessions, Failed uint64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() ServerStats {
+	return ServerStats{Malformed: s.malformed.Load(), Sessions: s.sessions.Load(), Failed: s.failed.Load()}
+}
+
+type sessionKey struct {
+	addr string
+	id   uint32
+}
+
+type serverSession struct {
+	in       chan any
+	done     bool
+	finished time.Time
+}
+
+// recentlyDone is how long a finished transaction id is remembered so a
+// REQUEST still in flight does not restart it.
+const recentlyDone = time.Minute
+
+func (s *Server) logf(format string, a ...any) {
+	if s.Log != nil {
+		s.Log.Printf(format, a...)
+	}
+}
+
+// Serve handles transactions arriving on conn until ctx is cancelled, then
+// waits for running transfers to stop. It does not close conn.
+func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
+	if s.MTU == 0 {
+		s.MTU = DefaultMTU
+	}
+	if s.Timeout <= 0 {
+		s.Timeout = 30 * time.Second
+	}
+	if s.RateBPS <= 0 {
+		return errors.New("server: rate must be positive")
+	}
+	root, err := os.OpenRoot(s.Root)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	defer root.Close()
+
+	var (
+		mu       sync.Mutex
+		sessions = map[sessionKey]*serverSession{}
+		wg       sync.WaitGroup
+	)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	defer stop()
+
+	dispatch := func(addr net.Addr, f any) {
+		key := sessionKey{addr.String(), frameSession(f)}
+		mu.Lock()
+		sess := sessions[key]
+		req, isReq := f.(*Request)
+		if sess == nil && isReq {
+			now := time.Now()
+			for k, v := range sessions {
+				if v.done && now.Sub(v.finished) > recentlyDone {
+					delete(sessions, k)
+				}
+			}
+			sess = &serverSession{in: make(chan any, 8192)}
+			sessions[key] = sess
+			mu.Unlock()
+			s.sessions.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := s.transaction(ctx, root, conn, addr, req, sess.in)
+				if err != nil {
+					s.failed.Add(1)
+				}
+				mu.Lock()
+				sess.done, sess.finished = true, time.Now()
+				mu.Unlock()
+			}()
+			return
+		}
+		mu.Unlock()
+		if sess == nil || sess.done {
+			return
+		}
+		select {
+		case sess.in <- f:
+		default: // overrun: same as loss
+		}
+	}
+	err = readLoop(conn, &s.malformed, dispatch)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("server: %w", err)
+}
+
+// refuse answers a REQUEST with an error STATUS.
+func refuse(conn net.PacketConn, addr net.Addr, req *Request, code ErrorCode) {
+	st := Status{Descriptor: D64, Session: req.Session, Error: code, MetadataMissing: true}
+	if req.Descriptor != D128 {
+		st.Descriptor = req.Descriptor
+	}
+	if b, err := st.Append(nil); err == nil {
+		_, _ = conn.WriteTo(b, addr)
+	}
+}
+
+// safeName validates a requested path lexically: it must be relative, use
+// '/' separators and contain no '..' element. Symlinks that leave the root
+// are caught later by os.Root.
+func safeName(p string) (string, bool) {
+	if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") {
+		return "", false
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", false
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", false
+	}
+	return c, true
+}
+
+// openErrorCode maps a failure to open a path in the root to a STATUS code.
+func openErrorCode(err error) ErrorCode {
+	if errors.Is(err, fs.ErrNotExist) {
+		return ErrFileNotFound
+	}
+	return ErrAccessDenied // includes "path escapes from parent" (symlinks)
+}
+
+func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.PacketConn, addr net.Addr, req *Request, in <-chan any) error {
+	name, ok := safeName(req.Path)
+	if !ok {
+		s.logf("session %08x from %v: %q refused: path outside root", req.Session, addr, req.Path)
+		refuse(conn, addr, req, ErrAccessDenied)
+		return fmt.Errorf("path %q outside root", req.Path)
+	}
+	send := func(b []byte) error {
+		_, err := conn.WriteTo(b, addr)
+		return err
+	}
+	var (
+		sum *Summary
+		err error
+	)
+	start := time.Now()
+	switch req.Type {
+	case ReqGet:
+		sum, err = s.serveGet(ctx, root, name, req, send, in, conn, addr)
+	case ReqPut:
+		sum, err = s.servePut(ctx, root, name, req, send, in, conn, addr)
+	default:
+		refuse(conn, addr, req, ErrBadRequest)
+		err = fmt.Errorf("request type %d not supported", req.Type)
+	}
+	if err != nil {
+		s.logf("session %08x from %v: %q: %v", req.Session, addr, req.Path, err)
+		return err
+	}
+	b, _ := json.Marshal(sum)
+	s.logf("session %08x from %v done in %v: %s", req.Session, addr, time.Since(start).Round(time.Millisecond), b)
+	return nil
+}
+
+func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, conn net.PacketConn, addr net.Addr) (*Summary, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		refuse(conn, addr, req, openErrorCode(err))
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		refuse(conn, addr, req, ErrUnspecified)
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		refuse(conn, addr, req, ErrBadRequest)
+		return nil, fmt.Errorf("%s is not a regular file", name)
+	}
+	size := uint64(fi.Size())
+	desc := s.Descriptor
+	if s.AutoDescriptor {
+		desc = DescriptorFor(size)
+	}
+	if size > desc.Max() {
+		refuse(conn, addr, req, ErrFileTooBig)
+		return nil, fmt.Errorf("%d bytes do not fit a %d-bit descriptor", size, desc.Bits())
+	}
+	csum, err := ChecksumOf(f, size, s.Checksum)
+	if err != nil {
+		refuse(conn, addr, req, ErrUnspecified)
+		return nil, err
+	}
+	ctime := fi.ModTime()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Checksum: csum, Session: req.Session,
+		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
+	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, MTU: s.MTU, Timeout: s.Timeout},
+		f, size, meta, send, in)
+	if err != nil {
+		refuse(conn, addr, req, ErrUnspecified)
+		return nil, err
+	}
+	start := time.Now()
+	st, err := snd.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Op: "serve-get", File: name, Bytes: size, RateBPS: s.RateBPS, Descriptor: desc.Bits(),
+		Checksum: s.Checksum.String(), ChecksumOK: true}
+	sum.fill(st, time.Since(start))
+	return sum, nil
+}
+
+func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, conn net.PacketConn, addr net.Addr) (*Summary, error) {
+	if fi, err := root.Lstat(name); err == nil && !fi.Mode().IsRegular() {
+		// Never write through a symlink or over a directory.
+		refuse(conn, addr, req, ErrAccessDenied)
+		return nil, fmt.Errorf("%s exists and is not a regular file", name)
+	}
+	dir, base := path.Split(name)
+	tmp := fmt.Sprintf("%s.%s.saratoga-%08x.part", dir, base, req.Session)
+	f, err := root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		refuse(conn, addr, req, openErrorCode(err))
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		f.Close()
+		if !keep {
+			_ = root.Remove(tmp)
+		}
+	}()
+	desc := req.Descriptor
+	if desc == D128 {
+		desc = D64
+	}
+	// The file is moved into place as soon as it verifies, before the
+	// final STATUS tells the client it is done.
+	commit := func() error {
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		if err := root.Rename(tmp, name); err != nil {
+			return fmt.Errorf("rename into place: %w", err)
+		}
+		keep = true
+		return nil
+	}
+	rcv := newReceiver(receiverConfig{Session: req.Session, Descriptor: desc, MTU: s.MTU, Timeout: s.Timeout, Linger: s.Linger, OnComplete: commit},
+		f, send, in)
+	// Accept: an empty STATUS tells the client to start sending.
+	rcv.sendStatus(nil, ErrSuccess)
+	start := time.Now()
+	st, meta, err := rcv.run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Op: "serve-put", File: name, Bytes: meta.Dirent.Size, Descriptor: meta.Descriptor.Bits(),
+		Checksum: meta.ChecksumType.String(), ChecksumOK: rcv.checksumOK}
+	sum.fill(st, rcv.completedAt.Sub(start))
+	return sum, nil
+}
