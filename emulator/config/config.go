@@ -154,20 +154,25 @@ func (c *Config) Sample() time.Duration {
 // the result; d is not modified. Present keys replace values, null clears
 // optional blocks, unknown keys are refused.
 func Merge(d Direction, partial []byte) (Direction, error) {
+	// Unmarshal writes through existing pointers, so give out its own copies.
 	out := d
-	// Copy the nested blocks so merging does not write through shared pointers.
-	if d.GilbertElliott != nil {
-		g := *d.GilbertElliott
-		out.GilbertElliott = &g
-	}
-	if d.Outage != nil {
-		o := *d.Outage
-		out.Outage = &o
-	}
+	out.RateBps = clonePtr(d.RateBps)
+	out.CeilBps = clonePtr(d.CeilBps)
+	out.QueuePackets = clonePtr(d.QueuePackets)
+	out.GilbertElliott = clonePtr(d.GilbertElliott)
+	out.Outage = clonePtr(d.Outage)
 	if err := strictUnmarshal(partial, &out); err != nil {
 		return d, err
 	}
 	return out, nil
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }
 
 func unit(name string, v float64, closed bool) error {

@@ -104,6 +104,12 @@ func TestMerge(t *testing.T) {
 	if err != nil || m.Outage != nil {
 		t.Errorf("null outage: %v %+v", err, m.Outage)
 	}
+	if _, err := Merge(c.AToB, []byte(`{"rate_bps": 1, "queue_packets": 5}`)); err != nil {
+		t.Fatal(err)
+	}
+	if *c.AToB.RateBps != 8e6 || *c.AToB.QueuePackets != 1000 {
+		t.Error("merge wrote through a shared pointer")
+	}
 	if _, err := Merge(c.AToB, []byte(`{"nope": 1}`)); err == nil {
 		t.Error("unknown key accepted")
 	}

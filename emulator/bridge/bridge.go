@@ -1,0 +1,345 @@
+// Package bridge runs the two pipelines of satemu between two ports: a
+// receive loop per port feeds its direction's pipeline, and a transmit loop
+// per direction sends frames out of the other port when their delay expires.
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"satbed/emulator/config"
+	"satbed/emulator/link"
+)
+
+// Port sends and receives whole Ethernet frames. Read returns 0, nil when
+// nothing arrived within its timeout, so loops can notice cancellation.
+type Port interface {
+	Read(b []byte) (int, error)
+	Write(b []byte) error
+}
+
+// kernelDropper is implemented by ports that can report frames lost before
+// the emulator saw them (full receive buffer, frame larger than the buffer).
+type kernelDropper interface {
+	KernelDrops() uint64
+	Truncated() uint64
+}
+
+// Direction names, in pipeline order.
+const (
+	AToB = "a_to_b"
+	BToA = "b_to_a"
+)
+
+const (
+	poolBufSize = 2048
+	readBufSize = 65536 + 64
+	txBatch     = 64
+)
+
+// Clock returns the time since the emulator started.
+type Clock func() time.Duration
+
+// Dir is one direction: its pipeline, user configuration and counters.
+type Dir struct {
+	Name string
+
+	mu  sync.Mutex // guards pl and raw
+	pl  *link.Pipeline
+	raw config.Direction
+
+	dl                  *delayLine
+	framesOut, bytesOut atomic.Uint64
+	txErrors            atomic.Uint64
+	late                lateHist
+	in                  Port
+}
+
+// Bridge is the running emulator.
+type Bridge struct {
+	clock Clock
+	Seed  uint64
+	dirs  [2]*Dir
+	pool  sync.Pool
+}
+
+// New builds the pipelines from a validated configuration. seed is the
+// PRNG seed actually used; each direction gets its own stream.
+// a and bp are the ports facing the ground and the aircraft.
+func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port) (*Bridge, error) {
+	b := &Bridge{clock: clock, Seed: seed}
+	b.pool.New = func() any { s := make([]byte, poolBufSize); return &s }
+	for i, d := range []struct {
+		name string
+		raw  config.Direction
+	}{{AToB, cfg.AToB}, {BToA, cfg.BToA}} {
+		p, err := d.raw.Params()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", d.name, err)
+		}
+		b.dirs[i] = &Dir{Name: d.name, pl: link.NewPipeline(p, seed, uint64(i)), raw: d.raw, dl: newDelayLine()}
+	}
+	b.dirs[0].in, b.dirs[1].in = a, bp
+	return b, nil
+}
+
+// Dirs returns the two directions (a_to_b, b_to_a).
+func (b *Bridge) Dirs() [2]*Dir { return b.dirs }
+
+// Run bridges the ports until ctx is cancelled or a port fails.
+func (b *Bridge) Run(ctx context.Context) error {
+	a, bp := b.dirs[0].in, b.dirs[1].in
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	start := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	start(func() error { return b.rxLoop(ctx, a, b.dirs[0]) })
+	start(func() error { return b.rxLoop(ctx, bp, b.dirs[1]) })
+	start(func() error { return b.txLoop(ctx, b.dirs[0], bp) })
+	start(func() error { return b.txLoop(ctx, b.dirs[1], a) })
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+func (b *Bridge) getBuf(n int) *[]byte {
+	if n > poolBufSize {
+		s := make([]byte, n)
+		return &s
+	}
+	return b.pool.Get().(*[]byte)
+}
+
+func (b *Bridge) putBuf(p *[]byte) {
+	if cap(*p) == poolBufSize {
+		b.pool.Put(p)
+	}
+}
+
+func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
+	scratch := make([]byte, readBufSize)
+	for ctx.Err() == nil {
+		n, err := in.Read(scratch)
+		if err != nil {
+			return fmt.Errorf("%s receive: %w", d.Name, err)
+		}
+		if n == 0 {
+			continue
+		}
+		now := b.clock()
+		d.mu.Lock()
+		v := d.pl.Arrive(now, n)
+		d.mu.Unlock()
+		if v.Cause != link.None {
+			continue
+		}
+		buf := b.getBuf(n)
+		copy(*buf, scratch[:n])
+		d.dl.push(frame{buf: buf, n: n, due: v.Depart})
+	}
+	return nil
+}
+
+func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
+	// Departure precision: pin the goroutine to a thread whose timer slack is
+	// 1 ns, and sleep with nanosleep (hrtimer) instead of Go timers, which
+	// round to about a millisecond when the runtime is idle.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	batch := make([]frame, 0, txBatch)
+	for ctx.Err() == nil {
+		due, ok := d.dl.front()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-d.dl.notify:
+			}
+			continue
+		}
+		if !sleepUntil(ctx, b.clock, due) {
+			return nil
+		}
+		batch = d.dl.popDue(b.clock(), batch[:0], txBatch)
+		for _, f := range batch {
+			if err := out.Write((*f.buf)[:f.n]); err != nil {
+				d.txErrors.Add(1)
+			} else {
+				d.framesOut.Add(1)
+				d.bytesOut.Add(uint64(f.n))
+				d.late.add(b.clock() - f.due)
+			}
+			b.putBuf(f.buf)
+		}
+	}
+	return nil
+}
+
+// sleepUntil blocks until clock() >= due, in slices of at most 50 ms so
+// cancellation is noticed; it returns false if ctx ended first.
+func sleepUntil(ctx context.Context, clock Clock, due time.Duration) bool {
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		rem := due - clock()
+		if rem <= 0 {
+			return true
+		}
+		rem = min(rem, 50*time.Millisecond)
+		ts := unix.NsecToTimespec(rem.Nanoseconds())
+		_ = unix.Nanosleep(&ts, nil)
+	}
+}
+
+// Set merges a partial direction configuration (JSON object) into dir
+// ("a_to_b", "b_to_a" or "both"), validates it like the file and applies it.
+// Either every named direction changes or none does.
+func (b *Bridge) Set(dir string, partial json.RawMessage) error {
+	var targets []*Dir
+	switch dir {
+	case AToB:
+		targets = []*Dir{b.dirs[0]}
+	case BToA:
+		targets = []*Dir{b.dirs[1]}
+	case "both":
+		targets = b.dirs[:]
+	default:
+		return fmt.Errorf("dir %q: want a_to_b, b_to_a or both", dir)
+	}
+	raws := make([]config.Direction, len(targets))
+	params := make([]link.Params, len(targets))
+	for i, d := range targets {
+		d.mu.Lock()
+		cur := d.raw
+		d.mu.Unlock()
+		m, err := config.Merge(cur, partial)
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+		p, err := m.Params()
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Name, err)
+		}
+		raws[i], params[i] = m, p
+	}
+	for i, d := range targets {
+		d.mu.Lock()
+		d.raw = raws[i]
+		d.pl.SetParams(params[i])
+		d.mu.Unlock()
+	}
+	return nil
+}
+
+// DirConfig is a direction's configuration as the user wrote it and with
+// defaults resolved.
+type DirConfig struct {
+	Config    config.Direction `json:"config"`
+	Effective config.Effective `json:"effective"`
+}
+
+// Config returns both directions' configurations.
+func (b *Bridge) Config() map[string]DirConfig {
+	out := map[string]DirConfig{}
+	for _, d := range b.dirs {
+		d.mu.Lock()
+		raw := d.raw
+		d.mu.Unlock()
+		eff, _ := raw.Effective() // validated when applied
+		out[d.Name] = DirConfig{Config: raw, Effective: eff}
+	}
+	return out
+}
+
+// DirStats is a snapshot of one direction's counters.
+type DirStats struct {
+	FramesIn       uint64            `json:"frames_in"`
+	BytesIn        uint64            `json:"bytes_in"`
+	FramesOut      uint64            `json:"frames_out"`
+	BytesOut       uint64            `json:"bytes_out"`
+	Drops          map[string]uint64 `json:"drops"`
+	TxErrors       uint64            `json:"tx_errors"`
+	RxTruncated    uint64            `json:"rx_truncated"`
+	RxKernelDrops  uint64            `json:"rx_kernel_drops"`
+	QueuePackets   int               `json:"queue_packets"`
+	QueueBytes     int               `json:"queue_bytes"`
+	QueueHWPackets int               `json:"queue_high_water_packets"`
+	QueueHWBytes   int               `json:"queue_high_water_bytes"`
+	InFlight       int               `json:"in_flight"`
+	LateP50Us      float64           `json:"tx_late_p50_us"`
+	LateP99Us      float64           `json:"tx_late_p99_us"`
+	LateMaxUs      float64           `json:"tx_late_max_us"`
+	RateBps        float64           `json:"rate_bps"`
+	CeilBps        float64           `json:"ceil_bps"`
+	BurstBytes     int               `json:"burst_bytes"`
+	CBurstBytes    int               `json:"cburst_bytes"`
+	DelayMs        float64           `json:"delay_ms"`
+	BER            float64           `json:"ber"`
+	Up             bool              `json:"up"`
+}
+
+// Stats is a snapshot of both directions.
+type Stats struct {
+	TimeS float64             `json:"t_s"`
+	Dirs  map[string]DirStats `json:"directions"`
+}
+
+// Snapshot returns the counters now.
+func (b *Bridge) Snapshot() Stats {
+	now := b.clock()
+	st := Stats{TimeS: now.Seconds(), Dirs: map[string]DirStats{}}
+	for _, d := range b.dirs {
+		st.Dirs[d.Name] = d.snapshot(now)
+	}
+	return st
+}
+
+func (d *Dir) snapshot(now time.Duration) DirStats {
+	d.mu.Lock()
+	c := d.pl.Counters()
+	qp, qb := d.pl.QueueLen(now)
+	p := d.pl.Params()
+	rate, delay, ber, up := d.pl.Effective(now)
+	d.mu.Unlock()
+	s := DirStats{
+		FramesIn: c.FramesIn, BytesIn: c.BytesIn,
+		FramesOut: d.framesOut.Load(), BytesOut: d.bytesOut.Load(),
+		Drops:        map[string]uint64{},
+		TxErrors:     d.txErrors.Load(),
+		QueuePackets: qp, QueueBytes: qb,
+		QueueHWPackets: c.QueueHWPackets, QueueHWBytes: c.QueueHWBytes,
+		InFlight: d.dl.len(),
+		RateBps:  rate, CeilBps: max(p.CeilBps, rate), BurstBytes: p.Burst, CBurstBytes: p.CBurst,
+		DelayMs: float64(delay) / 1e6, BER: ber, Up: up,
+	}
+	q, mx := d.late.quantiles(0.5, 0.99)
+	s.LateP50Us, s.LateP99Us = float64(q[0].Microseconds()), float64(q[1].Microseconds())
+	s.LateMaxUs = float64(mx.Microseconds())
+	for c2 := link.DropQueue; int(c2) < link.NumCauses; c2++ {
+		s.Drops[c2.String()] = c.Drops[c2]
+	}
+	if kd, ok := d.in.(kernelDropper); ok {
+		s.RxKernelDrops = kd.KernelDrops()
+		s.RxTruncated = kd.Truncated()
+	}
+	return s
+}

@@ -1,0 +1,141 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"satbed/emulator/config"
+)
+
+// chanPort is an in-memory port: Read takes frames from rx, Write records
+// frames with their send time.
+type chanPort struct {
+	rx   chan []byte
+	mu   sync.Mutex
+	sent [][]byte
+	when []time.Time
+}
+
+func newChanPort() *chanPort { return &chanPort{rx: make(chan []byte, 1024)} }
+
+func (p *chanPort) Read(b []byte) (int, error) {
+	select {
+	case f := <-p.rx:
+		return copy(b, f), nil
+	case <-time.After(20 * time.Millisecond):
+		return 0, nil
+	}
+}
+
+func (p *chanPort) Write(b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent = append(p.sent, append([]byte(nil), b...))
+	p.when = append(p.when, time.Now())
+	return nil
+}
+
+func (p *chanPort) frames() ([][]byte, []time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([][]byte(nil), p.sent...), append([]time.Time(nil), p.when...)
+}
+
+func TestBridgeDelayAndOrder(t *testing.T) {
+	cfg, err := config.Decode([]byte(`{"a_to_b":{"delay_ms":30},"b_to_a":{"delay_ms":10,"ber":0.5}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newChanPort(), newChanPort()
+	start := time.Now()
+	br, err := New(cfg, 1, func() time.Duration { return time.Since(start) }, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- br.Run(ctx) }()
+
+	sentAt := make([]time.Time, 50)
+	for i := range sentAt {
+		sentAt[i] = time.Now()
+		a.rx <- bytes.Repeat([]byte{byte(i)}, 100)
+		b.rx <- bytes.Repeat([]byte{byte(i)}, 1500)
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got, when := b.frames()
+	if len(got) != 50 {
+		t.Fatalf("a->b delivered %d of 50", len(got))
+	}
+	for i, f := range got {
+		if f[0] != byte(i) {
+			t.Fatalf("frame %d out of order (%d)", i, f[0])
+		}
+		if d := when[i].Sub(sentAt[i]); d < 30*time.Millisecond || d > 45*time.Millisecond {
+			t.Errorf("frame %d delay %v want ~30ms", i, d)
+		}
+	}
+	st := br.Snapshot()
+	ab, ba := st.Dirs[AToB], st.Dirs[BToA]
+	if ab.FramesIn != 50 || ab.FramesOut != 50 || ab.BytesOut != 5000 {
+		t.Errorf("a_to_b stats %+v", ab)
+	}
+	// PER(0.5, 1500) is 1: every b->a frame dies of bit errors.
+	if ba.Drops["ber"] != 50 || ba.FramesOut != 0 {
+		t.Errorf("b_to_a stats %+v", ba)
+	}
+	var buf bytes.Buffer
+	tw, err := NewTimeseriesWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Write(st); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(buf.String(), "\n"); lines != 3 {
+		t.Errorf("timeseries has %d lines", lines)
+	}
+}
+
+func TestBridgeSet(t *testing.T) {
+	cfg, err := config.Decode([]byte(`{"a_to_b":{"rate_bps":8e6},"b_to_a":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := New(cfg, 1, func() time.Duration { return 0 }, newChanPort(), newChanPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Set("both", json.RawMessage(`{"delay_ms":250}`)); err != nil {
+		t.Fatal(err)
+	}
+	c := br.Config()
+	if c[AToB].Effective.DelayMs != 250 || c[BToA].Effective.DelayMs != 250 || c[AToB].Effective.RateBps != 8e6 {
+		t.Errorf("config after set: %+v", c)
+	}
+	// A failure in one direction leaves both unchanged.
+	if err := br.Set("both", json.RawMessage(`{"ceil_bps":1e6}`)); err == nil {
+		t.Error("invalid set accepted")
+	}
+	for _, bad := range []string{`{"delay_ms":-1}`, `{"rate_bps":0}`, `{"x":1}`} {
+		if err := br.Set(AToB, json.RawMessage(bad)); err == nil {
+			t.Errorf("set %s accepted", bad)
+		}
+	}
+	if err := br.Set("sideways", json.RawMessage(`{}`)); err == nil {
+		t.Error("bad dir accepted")
+	}
+	if c := br.Config(); c[AToB].Effective.DelayMs != 250 || c[BToA].Effective.CeilBps != 0 {
+		t.Errorf("config changed by failed set: %+v", c)
+	}
+}

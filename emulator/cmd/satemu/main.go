@@ -1,0 +1,205 @@
+// Command satemu is a userspace satellite-link emulator: it bridges two
+// interfaces at layer 2 and applies, per direction, a drop-tail queue, an
+// HTB-like shaper, channel errors and propagation delay. See
+// emulator/README.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"satbed/emulator/bridge"
+	"satbed/emulator/config"
+	"satbed/emulator/control"
+	"satbed/emulator/rawsock"
+)
+
+// usageError makes main exit with status 2 (bad invocation or configuration).
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func main() {
+	err := run(os.Args[1:], os.Stderr)
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "satemu:", err)
+	var u usageError
+	if errors.As(err, &u) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+type options struct {
+	a, b, cfg, ctl, statsDir string
+	noBypass                 bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("satemu", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.a, "a", "", "interface facing the ground (Client A side)")
+	fs.StringVar(&o.b, "b", "", "interface facing the aircraft (Client B side)")
+	fs.StringVar(&o.cfg, "config", "", "JSON configuration file")
+	fs.StringVar(&o.ctl, "control", "", "unix control socket path (optional)")
+	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
+	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
+	if err := fs.Parse(args); err != nil {
+		return o, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return o, usageError{fmt.Errorf("unexpected arguments %v", fs.Args())}
+	}
+	if o.a == "" || o.b == "" || o.cfg == "" {
+		return o, usageError{errors.New("-a, -b and -config are required")}
+	}
+	if o.a == o.b {
+		return o, usageError{errors.New("-a and -b must differ")}
+	}
+	return o, nil
+}
+
+func randomSeed() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// finalReport is emulator.json.
+type finalReport struct {
+	Seed      uint64                      `json:"seed"`
+	StartedAt time.Time                   `json:"started_at"`
+	StoppedAt time.Time                   `json:"stopped_at"`
+	Config    map[string]bridge.DirConfig `json:"config"`
+	SampleMs  int64                       `json:"sample_ms"`
+	Totals    bridge.Stats                `json:"totals"`
+}
+
+type handler struct{ b *bridge.Bridge }
+
+func (h handler) Config() any {
+	return map[string]any{"seed": h.b.Seed, "directions": h.b.Config()}
+}
+func (h handler) Set(dir string, p json.RawMessage) error { return h.b.Set(dir, p) }
+func (h handler) Stats() any                              { return h.b.Snapshot() }
+
+func run(args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(o.cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	seed := randomSeed()
+	if cfg.Seed != nil {
+		seed = *cfg.Seed
+	}
+
+	var ts *bridge.TimeseriesWriter
+	if o.statsDir != "" {
+		if err := os.MkdirAll(o.statsDir, 0o755); err != nil {
+			return fmt.Errorf("stats dir: %w", err)
+		}
+		f, err := os.Create(filepath.Join(o.statsDir, "emulator_timeseries.csv"))
+		if err != nil {
+			return fmt.Errorf("stats: %w", err)
+		}
+		defer f.Close()
+		if ts, err = bridge.NewTimeseriesWriter(f); err != nil {
+			return fmt.Errorf("stats: %w", err)
+		}
+	}
+
+	opts := rawsock.Options{QdiscBypass: !o.noBypass}
+	pa, err := rawsock.Open(o.a, opts)
+	if err != nil {
+		return err
+	}
+	defer pa.Close()
+	pb, err := rawsock.Open(o.b, opts)
+	if err != nil {
+		return err
+	}
+	defer pb.Close()
+
+	started := time.Now()
+	clock := func() time.Duration { return time.Since(started) }
+	br, err := bridge.New(cfg, seed, clock, pa, pb)
+	if err != nil {
+		return usageError{err}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	if o.ctl != "" {
+		srv, err := control.Listen(o.ctl, handler{br})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); srv.Serve(ctx) }()
+	}
+	if ts != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(cfg.Sample())
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					if err := ts.Write(br.Snapshot()); err != nil {
+						fmt.Fprintln(stderr, "satemu: timeseries:", err)
+						return
+					}
+				}
+			}
+		}()
+	}
+
+	runErr := br.Run(ctx)
+	cancel()
+	wg.Wait()
+	final := br.Snapshot()
+	if ts != nil {
+		_ = ts.Write(final)
+	}
+	if o.statsDir != "" {
+		rep := finalReport{Seed: seed, StartedAt: started.UTC(), StoppedAt: time.Now().UTC(),
+			Config: br.Config(), SampleMs: cfg.Sample().Milliseconds(), Totals: final}
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(o.statsDir, "emulator.json"), append(data, '\n'), 0o644)
+		}
+		if err != nil && runErr == nil {
+			runErr = fmt.Errorf("final stats: %w", err)
+		}
+	}
+	return runErr
+}

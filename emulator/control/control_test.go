@@ -1,0 +1,97 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+type fakeHandler struct{ set []string }
+
+func (f *fakeHandler) Config() any { return map[string]int{"x": 1} }
+func (f *fakeHandler) Stats() any  { return map[string]int{"frames": 2} }
+func (f *fakeHandler) Set(dir string, p json.RawMessage) error {
+	if dir != "a_to_b" {
+		return errors.New("bad dir")
+	}
+	f.set = append(f.set, string(p))
+	return nil
+}
+
+func TestHandle(t *testing.T) {
+	h := &fakeHandler{}
+	tests := []struct {
+		line   string
+		ok     bool
+		substr string
+	}{
+		{`{"op":"get"}`, true, `"config":{"x":1}`},
+		{`{"op":"stats"}`, true, `"frames":2`},
+		{`{"op":"set","dir":"a_to_b","params":{"delay_ms":5}}`, true, `"ok":true`},
+		{`{"op":"set","dir":"zz","params":{}}`, false, "bad dir"},
+		{`{"op":"set","dir":"a_to_b"}`, false, "params"},
+		{`{"op":"nope"}`, false, "unknown op"},
+		{`{"op":"get","x":1}`, false, "unknown field"},
+		{`not json`, false, "bad request"},
+	}
+	for _, tc := range tests {
+		r := Handle(h, []byte(tc.line))
+		b, _ := json.Marshal(r)
+		if r.OK != tc.ok || !strings.Contains(string(b), tc.substr) {
+			t.Errorf("%s -> %s", tc.line, b)
+		}
+	}
+	if len(h.set) != 1 || h.set[0] != `{"delay_ms":5}` {
+		t.Errorf("set calls %v", h.set)
+	}
+}
+
+func TestServer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ctl.sock")
+	s, err := Listen(path, &fakeHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx); close(done) }()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	for _, req := range []string{`{"op":"get"}`, `{"op":"stats"}`} {
+		if _, err := c.Write([]byte(req + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil || !strings.Contains(line, `"ok":true`) {
+			t.Fatalf("%s -> %q %v", req, line, err)
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("server did not stop")
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(`{"op":"get"}`))
+	f.Add([]byte(`{"op":"set","dir":"both","params":{"ber":1e-7}}`))
+	f.Add([]byte(`{"op":"stats"}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		r, err := ParseRequest(line)
+		if err == nil && r.Op != "get" && r.Op != "set" && r.Op != "stats" {
+			t.Fatalf("accepted op %q", r.Op)
+		}
+	})
+}
