@@ -258,7 +258,9 @@ func (r *receiver) handle(f any) error {
 				}
 			}
 		}
-		if v.ReqStatus {
+		// Once complete, the final STATUS waits for checksum verification:
+		// a sender seeing "all received" earlier would stop too soon.
+		if v.ReqStatus && !r.complete() {
 			r.sendStatus(v, ErrSuccess)
 		}
 	}

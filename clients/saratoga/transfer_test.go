@@ -1,0 +1,329 @@
+package saratoga
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+type impair struct {
+	seed      uint64
+	delay     time.Duration // one way, applied by each side's wrapper
+	dropData  float64
+	dropState float64
+	ber       float64
+}
+
+func (im impair) wrap(c net.PacketConn, salt uint64) *lossyConn {
+	l := newLossyConn(c, im.seed*1000+salt, im.delay)
+	l.drop[TypeData] = im.dropData
+	l.drop[TypeStatus] = im.dropState
+	l.ber = im.ber
+	return l
+}
+
+type testServer struct {
+	addr string
+	conn *lossyConn
+	srv  *Server
+}
+
+// startServer runs a Server on loopback until the test ends.
+func startServer(t *testing.T, srv *Server, im impair) *testServer {
+	t.Helper()
+	raw, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := im.wrap(raw, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, conn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		conn.Close()
+	})
+	return &testServer{addr: raw.LocalAddr().String(), conn: conn, srv: srv}
+}
+
+func testClientConn(t *testing.T, im impair) *lossyConn {
+	t.Helper()
+	raw, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := im.wrap(raw, 2)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func writeRandom(t *testing.T, path string, n int, seed uint64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sameFile(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Fatalf("%s: sha256 differs (len %d, want %d)", path, len(got), len(want))
+	}
+}
+
+func TestGetLossy(t *testing.T) {
+	tests := []struct {
+		name  string
+		size  int
+		desc  Descriptor
+		auto  bool
+		csum  ChecksumType
+		im    impair
+		rate  int64
+		holes bool
+	}{
+		{"4MB d32 md5 10% loss", 4 << 20, D32, false, CsumMD5, impair{seed: 1, delay: 10 * time.Millisecond, dropData: 0.1, dropState: 0.1}, 200e6, true},
+		{"3MB d64 sha1 20% loss", 3 << 20, D64, false, CsumSHA1, impair{seed: 2, delay: 5 * time.Millisecond, dropData: 0.2, dropState: 0.2}, 200e6, true},
+		{"60KB d16 auto crc32", 60000, 0, true, CsumCRC32, impair{seed: 3, delay: 2 * time.Millisecond, dropData: 0.1, dropState: 0.1}, 50e6, false},
+		{"empty file", 0, 0, true, CsumMD5, impair{seed: 4}, 10e6, false},
+		{"clean 1MB", 1 << 20, D64, false, CsumNone, impair{seed: 5}, 100e6, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			want := writeRandom(t, filepath.Join(root, "f.bin"), tc.size, tc.im.seed)
+			ts := startServer(t, &Server{Root: root, RateBPS: tc.rate, Descriptor: tc.desc, AutoDescriptor: tc.auto,
+				Checksum: tc.csum, Timeout: 10 * time.Second}, tc.im)
+			out := filepath.Join(t.TempDir(), "out.bin")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: testClientConn(t, tc.im),
+				Linger: 200 * time.Millisecond}, "f.bin", out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameFile(t, out, want)
+			if _, err := os.Stat(out + ".part"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("partial file left behind: %v", err)
+			}
+			if !sum.ChecksumOK || sum.Checksum != tc.csum.String() || sum.Bytes != uint64(tc.size) {
+				t.Errorf("summary %+v", sum)
+			}
+			_, dropped := ts.conn.counts()
+			if tc.holes && (dropped[TypeData] == 0 || sum.RetransmittedFrames == 0 || sum.HolesRequested == 0) {
+				t.Errorf("expected loss recovery: dropped %v, summary %+v", dropped, sum)
+			}
+			t.Logf("%+v", *sum)
+		})
+	}
+}
+
+func TestPutLossy(t *testing.T) {
+	tests := []struct {
+		name string
+		size int
+		desc Descriptor
+		auto bool
+		csum ChecksumType
+		im   impair
+	}{
+		{"4MB d64 md5 10% loss", 4 << 20, D64, false, CsumMD5, impair{seed: 11, delay: 10 * time.Millisecond, dropData: 0.1, dropState: 0.1}},
+		{"2MB auto sha1 15% loss", 2 << 20, 0, true, CsumSHA1, impair{seed: 12, delay: 3 * time.Millisecond, dropData: 0.15, dropState: 0.15}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			ts := startServer(t, &Server{Root: root, RateBPS: 100e6, Checksum: CsumMD5, Timeout: 10 * time.Second,
+				Linger: time.Second}, tc.im)
+			local := filepath.Join(t.TempDir(), "local.bin")
+			want := writeRandom(t, local, tc.size, tc.im.seed)
+			c := testClientConn(t, tc.im)
+			sum, err := Put(context.Background(), ClientConfig{Server: ts.addr, RateBPS: 200e6, Timeout: 10 * time.Second,
+				Checksum: tc.csum, Descriptor: tc.desc, AutoDescriptor: tc.auto, Conn: c}, local, "up.bin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameFile(t, filepath.Join(root, "up.bin"), want)
+			if sum.RetransmittedFrames == 0 || sum.HolesRequested == 0 {
+				t.Errorf("expected loss recovery: %+v", sum)
+			}
+			entries, _ := os.ReadDir(root)
+			if len(entries) != 1 {
+				t.Errorf("root has %d entries, want only up.bin", len(entries))
+			}
+			t.Logf("%+v", *sum)
+		})
+	}
+}
+
+func TestPathSafety(t *testing.T) {
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "dirlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, &Server{Root: root, RateBPS: 10e6, AutoDescriptor: true, Checksum: CsumMD5, Timeout: 5 * time.Second}, impair{seed: 1})
+	cfg := ClientConfig{Server: ts.addr, Timeout: 3 * time.Second}
+	gets := []struct {
+		name string
+		code ErrorCode
+	}{
+		{"../secret", ErrAccessDenied},
+		{"sub/../../secret", ErrAccessDenied},
+		{filepath.Join(outside, "secret"), ErrAccessDenied},
+		{"link", ErrAccessDenied},
+		{"dirlink/secret", ErrAccessDenied},
+		{"missing", ErrFileNotFound},
+		{"sub", ErrBadRequest},
+		{"", ErrAccessDenied},
+	}
+	for _, g := range gets {
+		t.Run("get "+g.name, func(t *testing.T) {
+			_, err := Get(context.Background(), cfg, g.name, filepath.Join(t.TempDir(), "o"))
+			var re *RemoteError
+			if !errors.As(err, &re) || re.Code != g.code {
+				t.Fatalf("err = %v, want remote %v", err, g.code)
+			}
+		})
+	}
+	local := filepath.Join(t.TempDir(), "l")
+	writeRandom(t, local, 1000, 1)
+	puts := []struct {
+		name string
+		code ErrorCode
+	}{
+		{"../evil", ErrAccessDenied},
+		{"/tmp/evil", ErrAccessDenied},
+		{"dirlink/evil", ErrAccessDenied},
+		{"link", ErrAccessDenied},
+		{"nodir/x", ErrFileNotFound},
+	}
+	for _, p := range puts {
+		t.Run("put "+p.name, func(t *testing.T) {
+			_, err := Put(context.Background(), ClientConfig{Server: ts.addr, Timeout: 3 * time.Second, Checksum: CsumMD5, AutoDescriptor: true},
+				local, p.name)
+			var re *RemoteError
+			if !errors.As(err, &re) || re.Code != p.code {
+				t.Fatalf("err = %v, want remote %v", err, p.code)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(outside, "evil")); err == nil {
+		t.Fatal("put wrote outside the root")
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "x" {
+		t.Fatal("file outside root modified")
+	}
+}
+
+func TestTimeoutNoServer(t *testing.T) {
+	// A port that was just free: nothing answers there.
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := c.LocalAddr().String()
+	c.Close()
+	start := time.Now()
+	out := filepath.Join(t.TempDir(), "o")
+	_, err = Get(context.Background(), ClientConfig{Server: addr, Timeout: 1500 * time.Millisecond}, "f", out)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("get err = %v, want timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+	if _, err := os.Stat(out + ".part"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("partial file left: %v", err)
+	}
+	local := filepath.Join(t.TempDir(), "l")
+	writeRandom(t, local, 100, 1)
+	_, err = Put(context.Background(), ClientConfig{Server: addr, Timeout: 1500 * time.Millisecond, AutoDescriptor: true}, local, "x")
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("put err = %v, want timeout", err)
+	}
+}
+
+// TestTimeoutServerGone stops the server mid-transfer: the client must
+// give up with a timeout error, not hang.
+func TestTimeoutServerGone(t *testing.T) {
+	root := t.TempDir()
+	writeRandom(t, filepath.Join(root, "big"), 8<<20, 1)
+	raw, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	srvDone := make(chan error, 1)
+	srv := &Server{Root: root, RateBPS: 8e6, AutoDescriptor: true, Checksum: CsumMD5, Timeout: 5 * time.Second}
+	go func() { srvDone <- srv.Serve(ctx, raw) }()
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = Get(context.Background(), ClientConfig{Server: raw.LocalAddr().String(), Timeout: 2 * time.Second}, "big", filepath.Join(t.TempDir(), "o"))
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v, want timeout", err)
+	}
+	if d := time.Since(start); d > 6*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	if err := <-srvDone; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMalformedDropped sends garbage at the server, which must count it,
+// survive, and still serve.
+func TestMalformedDropped(t *testing.T) {
+	root := t.TempDir()
+	want := writeRandom(t, filepath.Join(root, "f"), 100000, 3)
+	ts := startServer(t, &Server{Root: root, RateBPS: 50e6, AutoDescriptor: true, Checksum: CsumMD5, Timeout: 5 * time.Second}, impair{seed: 1})
+	c, err := net.Dial("udp4", ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	garbage := [][]byte{{}, {0x23}, {0xff, 0xff, 0xff, 0xff}, {0x23, 0xc0, 0, 0, 0, 0, 0, 1}, {0x24, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}}
+	for _, g := range garbage {
+		if _, err := c.Write(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "o")
+	if _, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 5 * time.Second}, "f", out); err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, out, want)
+	// The empty datagram may not be delivered as a frame at all.
+	if n := ts.srv.Stats().Malformed; n < uint64(len(garbage)-1) {
+		t.Fatalf("malformed count %d, want >= %d", n, len(garbage)-1)
+	}
+}
