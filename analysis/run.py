@@ -13,12 +13,15 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
+
+if TYPE_CHECKING:
+    from .tsg import Window
 
 VANTAGES = ("lan_a", "wan", "lan_b")
 TCPDUMP = "/usr/bin/tcpdump"
@@ -80,7 +83,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
     return d
 
 
-def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True) -> dict[str, Any]:
+def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
+                    window: "Window | None" = None) -> dict[str, Any]:
     """Metrics for one capture; raises CaptureError/TcptraceError on failure."""
     outdir.mkdir(parents=True, exist_ok=True)
     if not pcap.is_file():
@@ -119,33 +123,64 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True) -> dict[str, 
     if graphs:
         from .tsg import make_graphs  # matplotlib import is slow; only when drawing
         try:
-            out["graphs"] = make_graphs(outdir, main, src)
+            out["graphs"] = make_graphs(outdir, main, src, window)
         except Exception as e:  # a drawing failure must not lose the metrics
             out["graph_error"] = f"{type(e).__name__}: {e}"
         out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
     return out
 
 
-def analyze_run(run_dir: Path | str, graphs: bool = True) -> dict[str, Any]:
+def analyze_run(run_dir: Path | str, graphs: bool = True,
+                window: "Window | None" = None) -> dict[str, Any]:
     """Analyse every capture of a run and store the result in result.json["analysis"].
 
     Returns {vantage: metrics or {"error": ...}}.  One bad capture never
-    prevents the others from being analysed.
+    prevents the others from being analysed.  The zoomed time-sequence graph
+    uses `window`, else config.json's "tsg_window" {"start_s", "duration_s"},
+    else a window around the first retransmission.
     """
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"run directory not found: {run}")
+    if window is None:
+        window = configured_window(run)
     analysis: dict[str, Any] = {}
     for vantage, pcap in capture_paths(run).items():
         if pcap is None:
             analysis[vantage] = {"error": f"capture missing: captures/{vantage}.pcap"}
             continue
         try:
-            analysis[vantage] = analyze_capture(pcap, run / "analysis" / vantage, graphs=graphs)
+            analysis[vantage] = analyze_capture(pcap, run / "analysis" / vantage,
+                                                 graphs=graphs, window=window)
         except (CaptureError, TcptraceError, OSError) as e:
             analysis[vantage] = {"error": str(e)}
     update_result(run, analysis)
     return analysis
+
+
+def load_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(content, None) or (None, reason) for a JSON object file."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, f"{path.name} missing"
+    except (OSError, ValueError) as e:
+        return None, f"{path.name} unreadable: {e}"
+    if not isinstance(data, dict):
+        return None, f"{path.name} is not a JSON object"
+    return data, None
+
+
+def configured_window(run: Path) -> "Window | None":
+    from .tsg import Window
+    cfg, _ = load_json(run / "config.json")
+    w = (cfg or {}).get("tsg_window")
+    if not isinstance(w, dict):
+        return None
+    try:
+        return Window(float(w.get("start_s", 0.0)), float(w.get("duration_s", 1.0)))
+    except (TypeError, ValueError):
+        return None
 
 
 def update_result(run: Path, analysis: dict[str, Any]) -> None:
@@ -165,4 +200,5 @@ def update_result(run: Path, analysis: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=2, sort_keys=True, default=str)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
     os.replace(tmp, path)

@@ -1,0 +1,76 @@
+"""HTML report and CLI over a run directory."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from analysis.report import analyze_run, write_report
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _images(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([^"]+)"', html)]
+
+
+def test_report_sections_and_images(run_dir: Path) -> None:
+    analyze_run(run_dir, graphs=False)
+    path = write_report(run_dir)
+    assert path == run_dir / "report.html"
+    html = path.read_text()
+    for section in ("<h2>Configuration</h2>", "<h2>Environment</h2>", "<h2>Result metrics</h2>",
+                    "<h2>Analysis</h2>", "Vantage lan_a", "Vantage wan", "Vantage lan_b"):
+        assert section in html, section
+    assert "nuttcp" in html and "htb rate 8mbit ceil 10mbit" in html and "24ec452" in html
+    assert "retransmitted packets" in html and "RTT avg (ms)" in html
+    assert "sender view" in html and "receiver view" in html
+    assert 'class="error">truncated capture wan.pcap' in html
+    assert "not a pcap file" in html
+    imgs = _images(html)
+    assert len(imgs) == 4
+    assert all(i.startswith(b"\x89PNG\r\n\x1a\n") and len(i) > 20_000 for i in imgs)
+    # No external references: the file stands alone.
+    assert not re.search(r'src="(?!data:)', html)
+    stored = json.loads((run_dir / "result.json").read_text())
+    assert stored["analysis"]["lan_a"]["graphs"]["tsg_full"] == "tsg_full.png"
+
+
+def test_report_redraws_from_stored_files(run_dir: Path) -> None:
+    write_report(run_dir)  # analyses on its own when result.json has no analysis
+    lan_a = run_dir / "analysis" / "lan_a"
+    for png in lan_a.glob("*.png"):
+        png.unlink()
+    html = write_report(run_dir).read_text()
+    assert len(_images(html)) == 4 and (lan_a / "tsg_window.png").is_file()
+    # Without the .xpl files the graphs come back from the capture.
+    for xpl in lan_a.glob("*.xpl"):
+        xpl.unlink()
+    html = write_report(run_dir).read_text()
+    assert len(_images(html)) == 4 and (lan_a / "a2b_tsg.xpl").is_file()
+
+
+def test_report_without_side_files(tmp_path: Path) -> None:
+    run = tmp_path / "bare"
+    run.mkdir()
+    html = write_report(run).read_text()
+    assert "config.json missing" in html and "environment.json missing" in html
+    assert html.count("capture missing") == 3
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["/usr/bin/python3", "-m", "analysis", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli(run_dir: Path, tmp_path: Path) -> None:
+    res = _cli(str(run_dir), "--window", "0.2", "0.25")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(run_dir / "report.html")
+    assert "0.25 s from 0.200 s" in (run_dir / "report.html").read_text()
+    bad = _cli(str(tmp_path / "nope"))
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1 and "nope" in bad.stderr
