@@ -63,6 +63,26 @@ def cmd_cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check_link(args: argparse.Namespace) -> int:
+    from satbed import checklink
+    out = checklink.check(link_from(args), seconds=args.seconds, probes=args.probes)
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    cfg = out["configured"]
+    print(f"emulator backend: {out['emulator']}")
+    if "udp_wire_bps" in out:
+        print(f"rate: configured {cfg['rate_bps']:.0f} bit/s, UDP goodput {out['udp_goodput_bps']:.0f}, "
+              f"on the wire {out['udp_wire_bps']:.0f} ({100 * out['udp_wire_error']:+.2f}%)")
+    print(f"RTT: configured {cfg['rtt_ms']:g} ms, idle avg {out['rtt_ms_avg']:.2f} p99 {out['rtt_ms_p99']:.2f}"
+          + (f", loaded avg {out['rtt_loaded']['rtt_ms_avg']:.2f} p99 {out['rtt_loaded']['rtt_ms_p99']:.2f}"
+             if "rtt_loaded" in out and "rtt_ms_avg" in out["rtt_loaded"] else ""))
+    for size, p in out["per"].items():
+        print(f"PER {size:>4} B: measured {p['per_measured']:.5f}, formula {p['per_expected']:.5f} "
+              f"(95% {p['ci95'][0]:.5f}..{p['ci95'][1]:.5f}) {'ok' if p['inside_ci95'] else 'OUTSIDE'}")
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     from satbed.proc import require_root
     from satbed.testbed import clean
@@ -93,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
     c.set_defaults(fn=cmd_cli)
+
+    cl = sub.add_parser("check-link", help="measure the live link against its configuration")
+    cl.add_argument("--json", action="store_true")
+    cl.add_argument("--seconds", type=int, default=10, help="UDP goodput measurement length")
+    cl.add_argument("--probes", type=int, default=3000, help="UDP probes per frame size for PER")
+    link_args(cl)
+    cl.set_defaults(fn=cmd_check_link)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.set_defaults(fn=cmd_clean)

@@ -308,7 +308,7 @@ def compile_direction(dev: str, d: Direction, seed: int, netem: bool) -> list[li
         in_flight = math.ceil(rate * d.delay_ms / 1000 / 8 / MTU_FRAME)
         limit = in_flight + d.queue_packets
         cmd = ["tc", "qdisc", "add", "dev", dev, *parent.split(), "handle", "10:", "netem",
-               "limit", str(limit), "delay", f"{d.delay_ms}ms"]
+               "limit", str(limit), "delay", f"{d.delay_ms:g}ms"]
         if d.ber:
             cmd += ["loss", f"{100 * d.per():.6f}%"]
         cmds.append(cmd)

@@ -1,0 +1,138 @@
+"""`satbed check-link`: measure the live satellite link against its
+configuration, the way the study checked its bed with nuttcp UDP.
+
+- udp_goodput_bps: nuttcp UDP goodput, offered above the rate so the shaper
+  is the bottleneck; steady state only (the first seconds carry the start-up
+  burst and the propagation delay).
+- udp_wire_bps: the same in the bytes the shaper counts, as HTB does: the whole
+  frame without FCS, i.e. UDP payload + 8 (UDP) + 20 (IPv4) + 14 (Ethernet).
+- RTT with ping idle, and under load (UDP one way at 90% of the rate, so the
+  queue stays short and what is left is the emulator's own timing error).
+- PER per frame size (64, 576, 1514 bytes) with a numbered UDP probe, beside
+  the formula 1-(1-BER)^(8*bytes) and its 95% interval."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import time
+
+from satbed import emulation, topology
+from satbed.emulation import LinkConfig
+from satbed.errors import SatbedError
+from satbed.net import Host
+from satbed.probe import HEADERS
+from satbed.testbed import Testbed
+
+NUTTCP_PAYLOAD = 1472          # a full 1500-byte IP packet
+FRAME_SIZES = (64, 576, 1514)
+
+
+def ping_stats(host: Host, dst: str, count: int, interval: float) -> dict:
+    cp = host.run(["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "5", dst],
+                  timeout=count * interval + 30, check=False)
+    rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", cp.stdout))
+    if not rtts:
+        return {"error": "no ping replies"}
+    return {"rtt_ms_avg": statistics.fmean(rtts), "rtt_ms_p50": rtts[len(rtts) // 2],
+            "rtt_ms_p99": rtts[min(len(rtts) - 1, math.ceil(0.99 * len(rtts)) - 1)],
+            "rtt_ms_max": rtts[-1], "replies": len(rtts), "sent": count}
+
+
+def nuttcp_udp(src: Host, dst: Host, rate_bps: float, seconds: int) -> dict:
+    server = dst.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        cp = src.run(["nuttcp", "-u", "-i1", f"-T{seconds}", f"-l{NUTTCP_PAYLOAD}",
+                      f"-R{rate_bps / 1000:.0f}", "-fparse", str(dst.ip.ip)],
+                     timeout=seconds + 60, check=False)
+    finally:
+        server.terminate()
+        server.wait(timeout=5)
+    intervals = [float(m) for m in re.findall(r"rate_Mbps=([\d.]+)", cp.stdout)]
+    if len(intervals) < 3:
+        raise SatbedError(f"nuttcp UDP gave no interval reports: {cp.stdout.strip()[-200:] or cp.stderr.strip()}")
+    # Per-second reports; the last line is the total. Skip the start-up burst.
+    per_second = intervals[:-1]
+    steady = per_second[3:] if len(per_second) > 5 else per_second[1:]
+    goodput = statistics.fmean(steady) * 1e6
+    return {"udp_goodput_bps": goodput,
+            "udp_wire_bps": goodput * (NUTTCP_PAYLOAD + HEADERS) / NUTTCP_PAYLOAD,
+            "intervals_mbps": per_second, "offered_bps": rate_bps, "seconds": seconds}
+
+
+def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber: float) -> dict:
+    receiver = dst.popen(["/usr/bin/python3", "-m", "satbed.probe", "recv", "--port", "7700",
+                          "--idle", "3", "--total", str(count * frame * 8 / rate_bps + 60)],
+                         text=True, cwd=_repo())
+    try:
+        if receiver.stdout.readline().strip() != "ready":
+            raise SatbedError("UDP probe receiver did not start")
+        src.run(["/usr/bin/python3", "-m", "satbed.probe", "send", str(dst.ip.ip), "--frame", str(frame),
+                 "--count", str(count), "--rate", str(rate_bps)],
+                timeout=count * frame * 8 / rate_bps + 60)
+        out, _ = receiver.communicate(timeout=30)
+    finally:
+        if receiver.poll() is None:
+            receiver.kill()
+            receiver.wait()
+    got = json.loads(out.strip().splitlines()[-1])
+    expected = 1 - (1 - ber) ** (8 * frame)
+    half = 1.96 * math.sqrt(max(expected * (1 - expected), 1e-12) / count)
+    measured = 1 - got["received"] / count
+    return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": measured,
+            "per_expected": expected, "ci95": [max(0.0, expected - half), expected + half],
+            "inside_ci95": expected - half <= measured <= expected + half}
+
+
+def _repo() -> str:
+    from satbed.proc import REPO_ROOT
+    return REPO_ROOT
+
+
+def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "globalhawk") -> dict:
+    spec = topology.load(topo)
+    tb = Testbed(spec)
+    emu = None
+    try:
+        tb.start(bridge_kinds=("pep", "bridge"))
+        node = tb.transparent("emulator")[0]
+        import tempfile
+        scratch = tempfile.mkdtemp(prefix="satbed-checklink-")
+        emu = emulation.make(node, link, scratch)
+        emu.start()
+        hosts = list(tb.hosts.values())
+        a, b = hosts[0], hosts[-1]
+        rate = link.rate_bps
+        out: dict = {"configured": {"rate_bps": rate, "rtt_ms": link.rtt_ms, "ber": link.a_to_b.ber},
+                     "emulator": emu.backend}
+        idle = ping_stats(a, str(b.ip.ip), 100, 0.05)
+        out["rtt_idle"] = idle
+        out.update({k: idle.get(k) for k in ("rtt_ms_avg", "rtt_ms_p99")})
+        if rate:
+            # Offered above ceil: the shaper, not the sender, sets the pace.
+            udp = nuttcp_udp(a, b, (link.a_to_b.ceil_bps or rate) * 1.2, seconds)
+            out.update(udp)
+            out["udp_wire_error"] = udp["udp_wire_bps"] / rate - 1
+            load = b.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
+            loader = a.popen(["nuttcp", "-u", f"-T{seconds}", f"-l{NUTTCP_PAYLOAD}", f"-R{rate * 0.9 / 1000:.0f}",
+                              str(b.ip.ip)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+            out["rtt_loaded"] = ping_stats(a, str(b.ip.ip), int((seconds - 2) / 0.05), 0.05)
+            loader.wait(timeout=seconds + 30)
+            load.terminate()
+            load.wait(timeout=5)
+        probe_rate = min(rate * 0.5 if rate else 20e6, 20e6)
+        out["per"] = {str(f): per_probe(a, b, f, probes, probe_rate, link.a_to_b.ber) for f in FRAME_SIZES}
+        return out
+    finally:
+        if emu is not None:
+            try:
+                emu.stop()
+            except SatbedError:
+                pass
+        tb.stop()

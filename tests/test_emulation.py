@@ -1,0 +1,84 @@
+"""The satellite link's configuration and its tc backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from satbed.emulation import Direction, LinkConfig, compile_direction
+from satbed.errors import SatbedError
+
+from conftest import needs_root, satbed
+
+
+def test_study_defaults_split_the_rtt():
+    cfg = LinkConfig.symmetric(rtt_ms=600, ber=1e-5)
+    for d in (cfg.a_to_b, cfg.b_to_a):
+        assert (d.rate_bps, d.ceil_bps, d.cburst_bytes, d.delay_ms, d.ber) == (8_000_000, 10_000_000, 131072,
+                                                                              300, 1e-5)
+    assert cfg.rtt_ms == 600
+
+
+def test_per_follows_frame_size():
+    d = Direction(ber=1e-5)
+    assert d.per(64) == pytest.approx(1 - (1 - 1e-5) ** 512)
+    assert d.per(1514) == pytest.approx(0.1141, abs=1e-3)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rtt_ms": -1}, "RTT must be 0 or more"),
+    ({"ber": 1}, r"BER must be in \[0, 1\)"),
+    ({"ber": -0.1}, r"BER must be in \[0, 1\)"),
+    ({"rate": "0"}, "rate must be positive"),
+    ({"rate": "10mbit", "ceil": "8mbit"}, "ceil .* is below rate"),
+    ({"backend": "warp"}, "unknown emulator backend"),
+    ({"profile": "/nonexistent/profile.csv"}, "cannot read profile"),
+])
+def test_bad_link_configuration_is_refused(kwargs, message):
+    with pytest.raises(SatbedError, match=message):
+        LinkConfig.symmetric(**kwargs)
+
+
+def test_tc_commands_reproduce_the_study():
+    cmds = [" ".join(c) for c in compile_direction("eth1", Direction(), seed=1, netem=True)]
+    assert cmds == [
+        "tc qdisc add dev eth1 root handle 1: htb default 10",
+        "tc class add dev eth1 parent 1: classid 1:10 htb rate 8000000bit ceil 10000000bit cburst 131072",
+        "tc qdisc add dev eth1 parent 1:10 handle 10: bfifo limit 1514000",
+    ]
+
+
+def test_tc_netem_limit_holds_the_bandwidth_delay_product_and_the_buffer():
+    d = Direction(delay_ms=300, ber=1e-5)
+    netem = compile_direction("eth1", d, seed=1, netem=True)[-1]
+    assert netem[:9] == ["tc", "qdisc", "add", "dev", "eth1", "parent", "1:10", "handle", "10:"]
+    limit = int(netem[netem.index("limit") + 1])
+    # 10 Mbit/s (ceil) x 300 ms in 1514-byte frames, plus the 1000-packet buffer
+    assert limit == 248 + 1000
+    assert netem[netem.index("delay") + 1] == "300ms"
+    assert float(netem[netem.index("loss") + 1].rstrip("%")) == pytest.approx(100 * d.per(1514), rel=1e-4)
+
+
+@needs_root
+def test_htb_shapes_for_real():
+    """The tc backend's HTB part runs on this kernel (netem does not): the
+    measured wire rate must match the configured 8 Mbit/s."""
+    cp = satbed("check-link", "--emulator", "tc", "--seconds", "6", "--probes", "200", "--json")
+    assert cp.returncode == 0, cp.stderr
+    import json
+    out = json.loads(cp.stdout)
+    assert out["emulator"] == "tc"
+    assert abs(out["udp_wire_error"]) < 0.02, out["udp_wire_bps"]
+
+
+@needs_root
+def test_tc_backend_without_netem_says_so(tmp_path):
+    from satbed import topology
+    from satbed.emulation import TcEmulator, netem_available
+    from satbed.testbed import testbed
+    with testbed(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
+        node = tb.transparent("emulator")[0]
+        if netem_available(node):
+            pytest.skip("this kernel has netem")
+        emu = TcEmulator(node, LinkConfig.symmetric(rtt_ms=100, backend="tc"), str(tmp_path))
+        with pytest.raises(SatbedError, match="no netem"):
+            emu.start()
