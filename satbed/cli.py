@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "needs_root", True):
+            from satbed.proc import require_root
+            require_root()
         return args.fn(args)
     except SatbedError as e:
         print(f"satbed: error: {e}", file=sys.stderr)

@@ -73,3 +73,16 @@ def test_bad_input_gives_one_clear_line(args, message):
     assert len(lines) == 1, cp.stderr
     assert message in lines[0]
     assert "Traceback" not in cp.stderr
+
+
+def test_not_root_is_one_clear_line(tmp_path):
+    import os
+    import subprocess
+    from conftest import REPO
+    cp = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         "/usr/bin/python3", "-m", "satbed", "run", "--client", "ping", "--out", str(tmp_path)],
+                        capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": REPO},
+                        timeout=60)
+    assert cp.returncode == 2
+    assert cp.stderr.strip().splitlines() == [
+        "satbed: error: satbed needs root (network namespaces, veth, tc): run it with sudo or as root"]
