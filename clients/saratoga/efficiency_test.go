@@ -1,0 +1,68 @@
+package saratoga
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestEfficiency measures get goodput over a lossy, delayed loopback path
+// against what the link can carry after frame losses:
+//
+//	reference = rate x (1 - PER) x payload/frame
+//
+// where frame is the DATA frame's size on the wire (IP+UDP+Saratoga) and
+// PER = 1-(1-BER)^(8 x frame). The Global Hawk case is 8 Mbit/s, 600 ms
+// RTT, BER 1e-5 and a 100 MB file. By default RTT and size are both scaled
+// down 10x, which keeps the transfer the same number of RTTs long (the
+// ratio that decides efficiency, since the loss-recovery tail costs a few
+// RTTs); SARATOGA_EFFICIENCY_FULL=1 runs the full-size case (~2 minutes).
+func TestEfficiency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("efficiency run takes ~12 s")
+	}
+	const (
+		rate = 8_000_000
+		ber  = 1e-5
+	)
+	rtt, size := 60*time.Millisecond, 10<<20
+	if os.Getenv("SARATOGA_EFFICIENCY_FULL") != "" {
+		rtt, size = 600*time.Millisecond, 100<<20
+	}
+	root := t.TempDir()
+	want := writeRandom(t, filepath.Join(root, "f"), size, 9)
+	im := impair{seed: 42, delay: rtt / 2, ber: ber}
+	ts := startServer(t, &Server{Root: root, RateBPS: rate, AutoDescriptor: true, Checksum: CsumMD5,
+		Timeout: 10 * time.Second}, im)
+	cc := testClientConn(t, im)
+	out := filepath.Join(t.TempDir(), "o")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: cc}, "f", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, out, want)
+
+	desc := DescriptorFor(uint64(size))
+	payload := chunkSize(DefaultMTU, desc)
+	frame := DataHeaderLen(desc, false) + payload + WireOverhead
+	per := 1 - math.Pow(1-ber, float64(frame*8))
+	ref := rate * (1 - per) * float64(payload) / float64(frame)
+	sent, dropped := ts.conn.counts()
+	csent, cdropped := cc.counts()
+	ratio := sum.GoodputBPS / ref
+	t.Logf("rate %d bit/s, RTT %v, BER %g, %d bytes, %d-bit descriptor", rate, rtt, ber, size, desc.Bits())
+	t.Logf("DATA frame %d B on wire, payload %d B, PER %.4f (measured %.4f over %d DATA frames)",
+		frame, payload, per, float64(dropped[TypeData])/float64(sent[TypeData]), sent[TypeData])
+	t.Logf("STATUS frames %d sent, %d lost", csent[TypeStatus], cdropped[TypeStatus])
+	t.Logf("goodput %.0f bit/s in %.2f s; reference %.0f bit/s; ratio %.4f", sum.GoodputBPS, sum.Seconds, ref, ratio)
+	t.Logf("receiver: %d DATA frames, %d filled holes, %d duplicates, %d STATUS, %d holes listed",
+		sum.DataFramesReceived, sum.RetransmittedFrames, sum.DuplicateFrames, sum.StatusFrames, sum.HolesRequested)
+	if ratio < 0.95 {
+		t.Fatalf("goodput %.0f bit/s is %.1f%% of reference %.0f bit/s, want >= 95%%", sum.GoodputBPS, ratio*100, ref)
+	}
+}
