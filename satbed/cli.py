@@ -54,11 +54,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_cli(args: argparse.Namespace) -> int:
     from mininet.cli import CLI
+    from mininet.log import setLogLevel
 
     from satbed import topology
     from satbed.testbed import testbed
     with testbed(topology.load(args.topology)) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
+        setLogLevel("output")     # the CLI prints through Mininet's log
         CLI(tb.mininet())
     return 0
 

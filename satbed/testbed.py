@@ -101,11 +101,17 @@ class Testbed:
 
     def mininet(self):
         """A Mininet object over our nodes, for Mininet's CLI (`clientA ping clientB`)."""
+        from mininet.link import Intf as MininetIntf
         from mininet.net import Mininet
         net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
         for name, node in self.nodes.items():
+            for intf in node.intfs.values():
+                if intf.name not in node.mn.nameToIntf:
+                    # Already in place: tell Mininet about it without moving it.
+                    MininetIntf(intf.name, node=node.mn, moveIntfFn=lambda *_: None)
             net.hosts.append(node.mn)
-            net.nameToNode[name] = node.mn
+            net.nameToNode[node.mn.name] = node.mn
+            net.nameToNode[name] = node.mn      # `clientA ping clientB` without the run prefix
         return net
 
 

@@ -120,3 +120,11 @@ def test_sigterm_tears_down(tmp_path):
     assert root_links() == before
     assert "mininet:sb" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout \
         or all(r.owner_alive() for r in records.load_all())
+
+
+def test_cli_pings_by_host_name():
+    cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "cli"], input="clientA ping -c1 clientB\nexit\n",
+                        capture_output=True, text=True, timeout=60, cwd=REPO,
+                        env={**os.environ, "PYTHONPATH": REPO})
+    assert cp.returncode == 0, cp.stderr
+    assert "1 received" in cp.stdout
