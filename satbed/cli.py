@@ -85,6 +85,32 @@ def cmd_check_link(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from satbed import matrix
+    exp = matrix.load(args.file, args.backend)
+    if args.fidelity:
+        matrix.fidelity(exp, args.out, args.jobs)
+        return 0
+    if args.estimate:
+        est = matrix.wall_estimate(exp, args.estimate, args.jobs)
+        print(json.dumps(est, sort_keys=True))
+        return 0
+    try:
+        counts = matrix.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry)
+    except KeyboardInterrupt:
+        print("satbed: interrupted; running cells stopped, testbeds removed; run again to resume",
+              file=sys.stderr)
+        return 130
+    print(json.dumps(counts, sort_keys=True))
+    return 0 if counts.get("failed", 0) + counts.get("timeout", 0) == 0 else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from satbed import charts
+    print(charts.build(args.dir))
+    return 0
+
+
 def cmd_clean(args: argparse.Namespace) -> int:
     from satbed.proc import require_root
     from satbed.testbed import clean
@@ -122,6 +148,22 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--probes", type=int, default=3000, help="UDP probes per frame size for PER")
     link_args(cl)
     cl.set_defaults(fn=cmd_check_link)
+
+    m = sub.add_parser("matrix", help="run an experiment matrix (experiments/*.yaml) in parallel")
+    m.add_argument("file", help="experiment file, e.g. experiments/quick.yaml")
+    m.add_argument("--jobs", type=int, default=None, help="cells at once (default: from cores, memory and rate)")
+    m.add_argument("--out", default="runs/matrix", help="results directory (default ./runs/matrix)")
+    m.add_argument("--backend", default="mininet", choices=("mininet", "docker"), help="testbed backend")
+    m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
+    m.add_argument("--fidelity", action="store_true",
+                   help="benchmark: the first cell alone vs with --jobs copies at once")
+    m.add_argument("--estimate", nargs="+", metavar="DB",
+                   help="print the wall time estimate of FILE from cells measured in these results.sqlite")
+    m.set_defaults(fn=cmd_matrix)
+
+    rp = sub.add_parser("report", help="HTML report, charts and CSV of a matrix results directory")
+    rp.add_argument("dir", help="the --out directory of `satbed matrix`")
+    rp.set_defaults(fn=cmd_report)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.set_defaults(fn=cmd_clean)

@@ -1,0 +1,399 @@
+"""The matrix report, regenerated from stored data only (DIR/results.sqlite
+and the cell directories), never by rerunning:
+
+  DIR/report.html   self-contained: the study's three charts, tables, the
+                    time-sequence graph gallery of the cells, environment
+  DIR/results.csv   one row per cell
+  DIR/charts/*.png  the charts as files
+
+Chart 1: goodput vs BER at RTT 0; Chart 2: vs BER at 600 ms; Chart 3: vs RTT
+at BER 1e-5. One colour per protocol; solid with a PEP, dashed without;
+mean and 95% confidence interval over repetitions. A partial matrix draws
+what it has: a missing RTT or BER is replaced by the nearest one present and
+the chart says so."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import glob
+import html
+import io
+import json
+import math
+import os
+import statistics
+import time
+from collections import Counter, defaultdict
+
+from satbed.errors import SatbedError
+from satbed.store import CellRow, Store
+
+# Two-sided 95% Student t quantiles by degrees of freedom; 1.96 beyond.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}
+# Stable colours: a protocol keeps its colour across charts and reports.
+PROTOCOL_ORDER = ("ftp", "scp", "sftp", "rsync", "saratoga", "nuttcp-tcp", "nuttcp-udp", "wget", "iperf3",
+                  "ping")
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+# Axes a chart holds at one value per series (the most common one) besides its own two.
+OTHER_AXES = ("size", "direction", "rate", "ceil", "queue", "emulator", "captures", "topology", "pep_options",
+              "link", "seed", "analyze")
+MAX_EMBEDDED_GRAPHS = 48        # more are linked, so the report stays loadable
+
+
+def t95(n: int) -> float:
+    df = n - 1
+    if df < 1:
+        return float("nan")
+    best = [k for k in T95 if k <= df]
+    return T95[max(best)] if df <= 30 else 1.96
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% interval (0 for one sample)."""
+    m = statistics.fmean(values)
+    if len(values) < 2:
+        return m, 0.0
+    return m, t95(len(values)) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def colour(client: str) -> str:
+    if client in PROTOCOL_ORDER:
+        return COLOURS[PROTOCOL_ORDER.index(client) % len(COLOURS)]
+    return COLOURS[sum(client.encode()) % len(COLOURS)]
+
+
+def fmt_ber(b: float) -> str:
+    if b == 0:
+        return "0"
+    exp = math.floor(math.log10(b))
+    mant = b / 10 ** exp
+    return f"1e{exp}" if abs(mant - 1) < 1e-9 else f"{mant:g}e{exp}"
+
+
+def _key(v) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def measured(rows: list[CellRow]) -> list[CellRow]:
+    return [r for r in rows if r.status == "ok" and r.goodput_bps]
+
+
+def pick(values: list[float], target: float, log: bool = False) -> float | None:
+    """The value present nearest the target (BER compared on a log scale, 0 as 1e-12)."""
+    if not values:
+        return None
+    if log:
+        return min(values, key=lambda v: (abs(math.log10(v or 1e-12) - math.log10(target or 1e-12)), v))
+    return min(values, key=lambda v: (abs(v - target), v))
+
+
+def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[str, str], dict]:
+    """(client, pep) -> {x value: [goodput...]} for the cells at fixed == value,
+    each series held at its most common value of every other axis."""
+    at = [r for r in rows if r.params.get(fixed) == value]
+    by_series: dict[tuple[str, str], list[CellRow]] = defaultdict(list)
+    for r in at:
+        by_series[(r.params["client"], r.params["pep"])].append(r)
+    out = {}
+    for key, rs in by_series.items():
+        held = {a: Counter(_key(r.params.get(a)) for r in rs).most_common(1)[0][0] for a in OTHER_AXES}
+        points: dict[float, list[float]] = defaultdict(list)
+        for r in rs:
+            if all(_key(r.params.get(a)) == held[a] for a in OTHER_AXES):
+                points[r.params[x]].append(r.goodput_bps)
+        out[key] = {"points": dict(points), "held": {a: json.loads(v) for a, v in held.items()}}
+    return out
+
+
+CHARTS = (
+    # name, title, x axis, fixed axis, wanted value
+    ("chart1", "Chart 1: goodput vs BER at RTT {v:g} ms", "ber", "rtt", 0.0),
+    ("chart2", "Chart 2: goodput vs BER at RTT {v:g} ms", "ber", "rtt", 600.0),
+    ("chart3", "Chart 3: goodput vs RTT at BER {b}", "rtt", "ber", 1e-5),
+)
+
+
+def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, want: float) -> dict:
+    """One chart as PNG bytes plus a caption and the plotted numbers."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = measured(rows)
+    present = sorted({r.params[fixed] for r in ok})
+    value = pick(present, want, log=fixed == "ber")
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=110)
+    caption, plotted = "", []
+    if value is None:
+        ax.text(0.5, 0.5, "no throughput measurements in this matrix", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        shown = want
+        caption = "No cell measured goodput (ping cells measure RTT only)."
+    else:
+        shown = value
+        if value != want:
+            caption = (f"The matrix has no {fixed} = {fmt_ber(want) if fixed == 'ber' else f'{want:g} ms'}; "
+                       f"drawn at the nearest present value. ")
+        ser = series(ok, x, fixed, value)
+        xs_all = sorted({xv for s in ser.values() for xv in s["points"]})
+        # BER on evenly spaced categories (0 has no place on a log axis); RTT linear.
+        pos = {v: i for i, v in enumerate(xs_all)} if x == "ber" else {v: v for v in xs_all}
+        peps = sorted({p for _, p in ser if p != "none"})
+        order = sorted(ser, key=lambda k: (PROTOCOL_ORDER.index(k[0]) if k[0] in PROTOCOL_ORDER else 99, k))
+        for client, pep in order:
+            pts = ser[(client, pep)]["points"]
+            xs = sorted(pts)
+            stats = [mean_ci(pts[v]) for v in xs]
+            label = f"{client} ({'no PEP' if pep == 'none' else pep})"
+            ax.errorbar([pos[v] for v in xs], [m / 1e6 for m, _ in stats], yerr=[c / 1e6 for _, c in stats],
+                        color=colour(client), linestyle="--" if pep == "none" else "-",
+                        marker=MARKERS[(peps.index(pep) + 1) % len(MARKERS)] if pep != "none" else MARKERS[0],
+                        markersize=5, capsize=3, linewidth=1.6, label=label)
+            for v, (m, c) in zip(xs, stats):
+                plotted.append({"client": client, "pep": pep, x: v, "n": len(pts[v]), "mean_bps": m,
+                                "ci95_bps": c})
+        if x == "ber":
+            ax.set_xticks(range(len(xs_all)))
+            ax.set_xticklabels([fmt_ber(v) for v in xs_all])
+            ax.set_xlabel("bit-error rate")
+            if len(xs_all) == 1:
+                ax.set_xlim(-0.5, 0.5)
+        else:
+            ax.set_xticks(xs_all)
+            ax.set_xlabel("round-trip time (ms)")
+            if len(xs_all) == 1:
+                ax.set_xlim(xs_all[0] - 50, xs_all[0] + 50)
+        ax.set_ylabel("goodput (Mbit/s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if order:
+            ax.legend(fontsize=8, ncol=2, loc="best")
+        caption += ("Solid: with PEP; dashed: without. Points: mean over repetitions; bars: 95% interval. "
+                    "Each series is held at its most common size, direction and link settings.")
+    ax.set_title(title.format(v=shown, b=fmt_ber(shown)), fontsize=11)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return {"name": name, "png": buf.getvalue(), "caption": caption, "points": plotted, "fixed": fixed,
+            "value": value, "x": x}
+
+
+def summary_table(rows: list[CellRow]) -> list[dict]:
+    """One row per parameter combination (repetitions pooled)."""
+    groups: dict[str, list[CellRow]] = defaultdict(list)
+    for r in rows:
+        groups[_key(r.params)].append(r)
+    out = []
+    for key, rs in groups.items():
+        p = rs[0].params
+        vals = [r.goodput_bps for r in rs if r.status == "ok" and r.goodput_bps]
+        m, c = mean_ci(vals) if vals else (None, None)
+        out.append({"client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
+                    "direction": p["direction"], "cells": len(rs), "ok": sum(r.status == "ok" for r in rs),
+                    "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
+                    "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
+                        r.seconds for r in rs) else None})
+    out.sort(key=lambda d: (PROTOCOL_ORDER.index(d["client"]) if d["client"] in PROTOCOL_ORDER else 99,
+                            d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"]))
+    return out
+
+
+def _mean_metric(rs: list[CellRow], key: str) -> float | None:
+    vals = [r.metrics.get(key) for r in rs if r.status == "ok" and isinstance(r.metrics.get(key), (int, float))]
+    return statistics.fmean(vals) if vals else None
+
+
+CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "size", "direction", "rate", "ceil", "queue",
+              "emulator", "captures", "topology", "seed")
+
+
+def write_csv(path: str, rows: list[CellRow]) -> None:
+    fields = ["hash", "experiment", "status", *CSV_PARAMS, "repetition", "goodput_bps", "rtt_ms_avg", "loss",
+              "integrity", "seconds", "started", "error"]
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in sorted(rows, key=lambda r: (r.experiment, r.params.get("client", ""), r.params.get("pep", ""),
+                                             r.params.get("rtt", 0), r.params.get("ber", 0), r.repetition)):
+            doc = {"hash": r.hash, "experiment": r.experiment, "status": r.status, "repetition": r.repetition,
+                   "goodput_bps": r.goodput_bps, "seconds": _round(r.seconds), "error": r.error or "",
+                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.started)) if r.started else ""}
+            for k in CSV_PARAMS:
+                doc[k] = r.params.get(k)
+            for k in ("rtt_ms_avg", "loss", "integrity"):
+                doc[k] = r.metrics.get(k)
+            w.writerow(doc)
+    os.replace(tmp, path)
+
+
+def _round(v: float | None) -> float | None:
+    return round(v, 3) if v is not None else None
+
+
+def _png_data(path: str) -> str:
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+
+
+def gallery(out: str, rows: list[CellRow]) -> list[dict]:
+    """Time-sequence graphs and reports the analysis layer left in cell
+    directories; the study's own view (600 ms, highest BER, FTP/SCP) first."""
+    items = []
+    for r in rows:
+        cell_dir = os.path.join(out, "cells", r.hash)
+        pngs = sorted(glob.glob(os.path.join(cell_dir, "analysis", "**", "*.png"), recursive=True))
+        report = os.path.join(cell_dir, "report.html")
+        if not pngs and not os.path.exists(report):
+            continue
+        p = r.params
+        items.append({"row": r, "pngs": pngs, "report": report if os.path.exists(report) else None,
+                      "rank": (-(p["rtt"]), -(p["ber"]), 0 if p["client"] in ("ftp", "scp") else 1,
+                               p["client"], p["pep"], r.repetition)})
+    items.sort(key=lambda d: d["rank"])
+    return items
+
+
+def environment(out: str, rows: list[CellRow], runs: list[dict]) -> dict:
+    env: dict = {}
+    for r in rows:
+        path = os.path.join(out, "cells", r.hash, "environment.json")
+        if os.path.exists(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    env = json.load(f)
+                break
+            except (OSError, ValueError):
+                continue
+    return {"cell environment (first cell)": env, "matrix runs": runs}
+
+
+def _fmt_bps(v: float | None) -> str:
+    return f"{v / 1e6:.3f}" if v is not None else "–"
+
+
+def _table(headers: list[str], body: list[list[str]], raw: bool = False) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    rows = "".join("<tr>" + "".join(f"<td>{c if raw else html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in body)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
+.chart{margin:1.5em 0}.chart img{max-width:100%;border:1px solid #ddd}
+.caption{font-size:13px;color:#555}.failed{color:#b00}
+.gallery{display:flex;flex-wrap:wrap;gap:12px}.gallery figure{margin:0;width:370px}
+.gallery img{width:100%;border:1px solid #ddd}.gallery figcaption{font-size:12px}
+pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}
+"""
+
+
+def build(out: str) -> str:
+    """Write DIR/report.html, DIR/results.csv and DIR/charts/*.png; returns the report path."""
+    db = os.path.join(out, "results.sqlite")
+    if not os.path.exists(db):
+        raise SatbedError(f"{out}: no results.sqlite (run `satbed matrix FILE --out {out}` first)")
+    with Store(db) as store:
+        rows = store.cells()
+        runs = store.runs()
+    write_csv(os.path.join(out, "results.csv"), rows)
+    os.makedirs(os.path.join(out, "charts"), exist_ok=True)
+    charts = []
+    for name, title, x, fixed, want in CHARTS:
+        c = draw_chart(rows, name, title, x, fixed, want)
+        with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
+            f.write(c["png"])
+        charts.append(c)
+
+    experiments = sorted({r.experiment for r in rows})
+    status = Counter(r.status for r in rows)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>satbed matrix: "
+             f"{html.escape(', '.join(experiments))}</title><style>{CSS}</style></head><body>",
+             f"<h1>satbed matrix report: {html.escape(', '.join(experiments) or 'empty')}</h1>",
+             f"<p>{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) +
+             f". Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} from "
+             f"<code>results.sqlite</code> and the cell directories. "
+             f"<a href='results.csv'>results.csv</a></p>"]
+    parts.append("<h2>Charts</h2>")
+    for c in charts:
+        parts.append(f"<div class='chart' id='{c['name']}'><img alt='{c['name']}' "
+                     f"src='data:image/png;base64,{base64.b64encode(c['png']).decode()}'>"
+                     f"<p class='caption'>{html.escape(c['caption'])}</p></div>")
+
+    parts.append("<h2>Summary (repetitions pooled)</h2>")
+    body = [[d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
+             f"{d['ok']}/{d['cells']}", _fmt_bps(d["mean_bps"]),
+             _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None else "–",
+             f"{d['rtt_ms_avg']:.1f}" if d["rtt_ms_avg"] is not None else "–",
+             f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in summary_table(rows)]
+    parts.append(_table(["client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
+                         "± 95% Mbit/s", "ping RTT ms", "cell s"], body))
+
+    parts.append("<h2>Cells</h2>")
+    body = []
+    for r in sorted(rows, key=lambda r: (r.params["client"], r.params["pep"], r.params["rtt"], r.params["ber"],
+                                         r.repetition)):
+        link = f"cells/{r.hash}/"
+        rep = os.path.join(out, "cells", r.hash, "report.html")
+        name = f"<a href='{link}report.html'>{r.hash}</a>" if os.path.exists(rep) else \
+            f"<a href='{link}'>{r.hash}</a>"
+        st = html.escape(r.status) if r.status == "ok" else f"<span class='failed'>{html.escape(r.status)}</span>"
+        p = r.params
+        body.append([name, html.escape(p["client"]), html.escape(p["pep"]), f"{p['rtt']:g}", fmt_ber(p["ber"]),
+                     _human_size(p["size"]), str(r.repetition), st, _fmt_bps(r.goodput_bps),
+                     f"{r.seconds:.1f}" if r.seconds else "–", html.escape((r.error or "")[:200])])
+    parts.append(_table(["cell", "client", "PEP", "RTT ms", "BER", "size", "rep", "status", "goodput Mbit/s",
+                         "seconds", "error"], body, raw=True))
+
+    items = gallery(out, rows)
+    parts.append("<h2>Time-sequence graphs</h2>")
+    if not items:
+        parts.append("<p>No cell left analysis graphs (captures off, ping cells, or no tcptrace).</p>")
+    embedded = 0
+    parts.append("<div class='gallery'>")
+    for it in items:
+        r, p = it["row"], it["row"].params
+        label = (f"{p['client']} / {p['pep']}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, "
+                 f"#{r.repetition}")
+        link = f" (<a href='cells/{r.hash}/report.html'>cell report</a>)" if it["report"] else ""
+        for png in it["pngs"]:
+            rel = os.path.relpath(png, out)
+            cap = f"{html.escape(label)}: {html.escape(os.path.relpath(png, os.path.join(out, 'cells', r.hash)))}"
+            if embedded < MAX_EMBEDDED_GRAPHS:
+                parts.append(f"<figure><img alt='{html.escape(rel)}' src='data:image/png;base64,{_png_data(png)}'>"
+                             f"<figcaption>{cap}{link}</figcaption></figure>")
+                embedded += 1
+            else:
+                parts.append(f"<figure><figcaption><a href='{html.escape(rel)}'>{cap}</a>{link}"
+                             f"</figcaption></figure>")
+        if not it["pngs"]:
+            parts.append(f"<figure><figcaption>{html.escape(label)}{link}</figcaption></figure>")
+    parts.append("</div>")
+
+    parts.append("<h2>Environment</h2><pre>" +
+                 html.escape(json.dumps(environment(out, rows, runs), indent=2, sort_keys=True, default=str)) +
+                 "</pre></body></html>")
+    path = os.path.join(out, "report.html")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts))
+    os.replace(tmp, path)
+    return path
+
+
+def _human_size(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            return f"{n / div:g}{unit}"
+    return str(n)

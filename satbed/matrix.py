@@ -1,0 +1,695 @@
+"""Experiment matrices: a declarative file (experiments/*.yaml) expands into
+cells; `satbed matrix` runs them in parallel, each in its own child process
+and its own prefixed testbed, and records them in DIR/results.sqlite.
+
+File format (YAML):
+
+  name: quick                 # optional; defaults to the file's stem
+  description: ...
+  repetitions: 3              # runs per combination (seed = seed + repetition)
+  timeout: 900                # optional per-cell limit in seconds (default: from size and rate)
+  fixed:   {size: 20M, direction: download}
+  axes:    {client: [scp, ftp], pep: [none, pepd], rtt: [600], ber: [0, 1e-5]}
+
+Parameters (in `fixed` as one value, in `axes` as a list): client, pep,
+pep_options, rtt (ms), ber, size, direction, rate, ceil, queue (packets),
+emulator (auto|userspace|tc|bridge), captures, topology, analyze, seed, and
+link (a mapping of per-direction emulator fields applied to both directions,
+e.g. {cburst_bytes: 0, queue_bytes: 262144}).
+
+A cell's identity is the hash of its full configuration, so a second run of
+the same file skips finished cells, and changing any parameter makes a new
+cell rather than reusing a stale result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import yaml
+
+from satbed.errors import SatbedError
+from satbed.proc import REPO_ROOT
+from satbed.store import DONE, CellRow, Store
+from satbed.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
+
+PYTHON = "/usr/bin/python3"
+TOP_KEYS = ("name", "description", "repetitions", "timeout", "fixed", "axes")
+BACKENDS = ("mininet", "docker")
+TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
+SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
+
+
+def _choice(*allowed: str):
+    def check(v):
+        v = str(v)
+        if v not in allowed:
+            raise SatbedError(f"{v!r} is not one of {', '.join(allowed)}")
+        return v
+    return check
+
+
+def _client(v) -> str:
+    from satbed import clients
+    clients.get(str(v))
+    return str(v)
+
+
+def _pep(v) -> str:
+    from satbed import peps
+    peps.check(str(v))
+    return str(v)
+
+
+def _topology(v) -> str:
+    from satbed import topology
+    topology.find(str(v))
+    return str(v)
+
+
+def _rate(v):
+    if v is None:
+        return None
+    parse_rate(v)
+    return v if isinstance(v, (int, float)) else str(v)
+
+
+def _queue(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SatbedError(f"queue must be a positive number of packets, got {v!r}")
+    return v
+
+
+def _bool(v) -> bool:
+    if not isinstance(v, bool):
+        raise SatbedError(f"expected true or false, got {v!r}")
+    return v
+
+
+def _seed(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise SatbedError(f"seed must be an integer, got {v!r}")
+    return v
+
+
+def _link(v) -> dict:
+    from satbed.emulation import Direction
+    if not isinstance(v, dict):
+        raise SatbedError(f"link must be a mapping of emulator fields, got {v!r}")
+    known = {f.name for f in dataclasses.fields(Direction)}
+    bad = sorted(set(v) - known)
+    if bad:
+        raise SatbedError(f"unknown link field {bad[0]!r} (known: {', '.join(sorted(known))})")
+    return dict(v)
+
+
+# parameter -> (normaliser, default)
+PARAMS = {
+    "client": (_client, "ping"),
+    "pep": (_pep, "none"),
+    "pep_options": (str, ""),
+    "rtt": (lambda v: parse_delay_ms(v, "rtt"), 0.0),
+    "ber": (parse_ber, 0.0),
+    "size": (parse_size, 10 << 20),
+    "direction": (_choice("download", "upload"), "download"),
+    "rate": (_rate, None),
+    "ceil": (_rate, None),
+    "queue": (_queue, None),
+    "emulator": (_choice("auto", "userspace", "tc", "bridge"), "auto"),
+    "captures": (_choice("headers", "full", "none"), "headers"),
+    "topology": (_topology, "globalhawk"),
+    "analyze": (_bool, True),
+    "seed": (_seed, 1),
+    "link": (_link, None),
+}
+
+
+@dataclass
+class Cell:
+    params: dict                 # every parameter, normalised
+    repetition: int
+    config: dict                 # RunConfig.to_dict() plus the testbed backend: what the hash covers
+    hash: str
+    estimate_s: float            # expected wall time, for scheduling and the ETA
+    timeout_s: float
+
+    def label(self) -> str:
+        p = self.params
+        return (f"{p['client']}/{p['pep']} rtt={p['rtt']:g} ber={p['ber']:g} "
+                f"size={human_size(p['size'])} #{self.repetition}")
+
+
+@dataclass
+class Experiment:
+    name: str
+    file: str
+    description: str
+    cells: list[Cell] = field(default_factory=list)
+
+
+def human_size(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def load(path: str, backend: str = "mininet") -> Experiment:
+    """Read and validate an experiment file; every error is one line naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        raise SatbedError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    try:
+        return _build(doc, path, backend)
+    except SatbedError as e:
+        raise SatbedError(f"{path}: {e}") from None
+
+
+def _build(doc, path: str, backend: str) -> Experiment:
+    if not isinstance(doc, dict):
+        raise SatbedError("an experiment file is a mapping with fixed: and axes:")
+    for k in doc:
+        if k not in TOP_KEYS:
+            raise SatbedError(f"unknown key {k!r} (known: {', '.join(TOP_KEYS)})")
+    if backend not in BACKENDS:
+        raise SatbedError(f"unknown testbed backend {backend!r} (known: {', '.join(BACKENDS)})")
+    name = str(doc.get("name") or os.path.splitext(os.path.basename(path))[0])
+    reps = doc.get("repetitions", 1)
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise SatbedError(f"repetitions: must be a positive integer, got {reps!r}")
+    timeout = doc.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or timeout <= 0):
+        raise SatbedError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    fixed = doc.get("fixed") or {}
+    axes = doc.get("axes") or {}
+    if not isinstance(fixed, dict):
+        raise SatbedError("fixed: must be a mapping of parameter: value")
+    if not isinstance(axes, dict):
+        raise SatbedError("axes: must be a mapping of parameter: [values]")
+    base = {k: default for k, (_, default) in PARAMS.items()}
+    for k, v in fixed.items():
+        base[k] = _normalise(f"fixed.{k}", k, v)
+    axis_values: list[tuple[str, list]] = []
+    for k, vs in axes.items():
+        if k in fixed:
+            raise SatbedError(f"axes.{k}: also given in fixed:")
+        if not isinstance(vs, list) or not vs:
+            raise SatbedError(f"axes.{k}: must be a non-empty list")
+        values = [_normalise(f"axes.{k}", k, v) for v in vs]
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise SatbedError(f"axes.{k}: repeated value")
+        axis_values.append((k, values))
+    combos = [dict(base)]
+    for k, values in axis_values:
+        combos = [{**c, k: v} for c in combos for v in values]
+    exp = Experiment(name, path, str(doc.get("description") or ""))
+    seen: set[str] = set()
+    for params in combos:
+        for rep in range(reps):
+            cell = make_cell(params, rep, backend, timeout)
+            if cell.hash not in seen:
+                seen.add(cell.hash)
+                exp.cells.append(cell)
+    return exp
+
+
+def _normalise(where: str, key: str, value):
+    if key not in PARAMS:
+        raise SatbedError(f"{where}: unknown parameter (known: {', '.join(PARAMS)})")
+    try:
+        return PARAMS[key][0](value)
+    except SatbedError as e:
+        raise SatbedError(f"{where}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise SatbedError(f"{where}: bad value {value!r}: {e}") from None
+
+
+def run_config(params: dict, repetition: int):
+    """The RunConfig of a cell; raises SatbedError for a bad combination."""
+    from satbed.emulation import LinkConfig
+    from satbed.runner import RunConfig
+    seed = params["seed"] + repetition
+    extra = {"queue_packets": params["queue"]} if params["queue"] else {}
+    link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=params["ber"],
+                                ceil=params["ceil"], backend=params["emulator"], seed=seed, **extra)
+    if params["link"]:
+        link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
+                                   b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
+    cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
+                    size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
+                    captures=params["captures"], seed=seed, analyze=params["analyze"])
+    cfg.validate()
+    return cfg
+
+
+def config_from_dict(doc: dict):
+    from satbed.emulation import LinkConfig
+    from satbed.runner import RunConfig
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    kw = {k: v for k, v in doc.items() if k in known and k != "link"}
+    return RunConfig(link=LinkConfig.from_dict(doc["link"]), **kw)
+
+
+def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: float | None = None) -> Cell:
+    try:
+        cfg = run_config(params, repetition)
+    except SatbedError as e:
+        raise SatbedError(f"cell {params['client']}/{params['pep']} rtt={params['rtt']:g} "
+                          f"ber={params['ber']:g}: {e}") from None
+    config = {**cfg.to_dict(), "testbed_backend": backend}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    est = estimate_seconds(cfg)
+    return Cell(dict(params), repetition, config, digest, est, float(timeout) if timeout else default_timeout(cfg))
+
+
+def estimate_seconds(cfg) -> float:
+    """A rough wall time for one cell: testbed setup plus the transfer at the
+    link rate (a loss or delay penalty makes it an underestimate; the ETA
+    corrects for that from the cells that finished)."""
+    if cfg.client == "ping":
+        return SETUP_S + 3 + 10 * cfg.link.rtt_ms / 1000
+    rate = cfg.link.rate_bps or 1e9
+    penalty = 1 + 2 * cfg.link.rtt_ms / 1000 + 2e4 * cfg.link.a_to_b.ber
+    return SETUP_S + 3 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate * penalty
+
+
+def default_timeout(cfg) -> float:
+    """Generous but finite: the clients' own transfer bound (a twentieth of
+    the rate), plus setup, teardown and the analysis of the capture."""
+    rate = max(100_000, (cfg.link.rate_bps or 1e9) / 20)
+    return 120 + 60 + 10 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate + cfg.size_bytes / 2e6
+
+
+def host_info() -> dict:
+    mem = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cores": os.cpu_count() or 1, "mem_available": mem, "kernel": os.uname().release,
+            "hostname": os.uname().nodename}
+
+
+def cell_cost(cell: Cell) -> float:
+    """Cores one cell keeps busy. An 8 Mbit/s cell is mostly waiting (the
+    userspace emulator, PEP and capture move ~700 packets/s); at 1 Gbit/s each
+    of them wants a core. ping is nearly free."""
+    if cell.params["client"] == "ping":
+        return 0.1
+    rate = cell.config["link"]["a_to_b"]["rate_bps"] or 1e9
+    return 0.2 + 2.0 * rate / 1e9
+
+
+def default_jobs(cells: list[Cell], host: dict | None = None) -> int:
+    """Parallel cells the machine carries without disturbing each other: the
+    heaviest cell's core cost against 80% of the cores (the rest for setup
+    bursts and the parent), ~300 MB per cell, and at most twice the cores
+    since concurrent testbed setups are CPU-bound."""
+    host = host or host_info()
+    cores = host["cores"]
+    cost = max((cell_cost(c) for c in cells), default=0.2)
+    by_cpu = int(0.8 * cores / cost)
+    by_mem = int(host["mem_available"] / (300 << 20)) if host["mem_available"] else by_cpu
+    return max(1, min(by_cpu, by_mem, 2 * cores, len(cells) or 1))
+
+
+class Progress:
+    """A progress line on stderr: redrawn in place on a terminal, one line per
+    finished cell otherwise (logs and pipes)."""
+
+    def __init__(self, total: int, jobs: int, stream=sys.stderr):
+        self.total, self.jobs, self.stream = total, jobs, stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.done = self.ok = self.failed = 0
+        self.actual = self.expected = 0.0
+
+    def finished(self, cell: Cell, status: str, seconds: float, note: str = "") -> None:
+        self.done += 1
+        self.ok += status == "ok"
+        self.failed += status != "ok"
+        self.actual += seconds
+        self.expected += cell.estimate_s
+        if not self.tty:
+            self.stream.write(f"[{self.done}/{self.total}] {status:<7} {seconds:6.1f}s {cell.label()} "
+                              f"{note}  (ETA {fmt_s(self._eta)})\n")
+            self.stream.flush()
+
+    def draw(self, running: list[tuple[Cell, float]], pending: list[Cell]) -> None:
+        now = time.monotonic()
+        ratio = self.actual / self.expected if self.expected else 1.0
+        left = ratio * sum(c.estimate_s for c in pending) + sum(
+            max(0.0, ratio * c.estimate_s - (now - t)) for c, t in running)
+        self._eta = left / max(1, self.jobs)
+        if not self.tty:
+            return
+        width = 30
+        fill = int(width * self.done / self.total) if self.total else width
+        line = (f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} ok {self.ok} "
+                f"failed {self.failed} running {len(running)} elapsed {fmt_s(now - self.started)} "
+                f"ETA {fmt_s(self._eta)} ")
+        self.stream.write(line)
+        self.stream.flush()
+
+    _eta = 0.0
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def fmt_s(s: float) -> str:
+    s = int(s)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+@dataclass
+class Child:
+    cell: Cell
+    proc: subprocess.Popen
+    started: float            # time.time()
+    mono: float               # time.monotonic()
+    deadline: float
+    terminated_at: float | None = None
+    reason: str = ""          # timeout | interrupted
+
+
+def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
+    """One cell in a child process with its own session: Ctrl-C in the
+    terminal reaches only the parent, which then stops children in order."""
+    if os.path.isdir(cell_dir):
+        shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
+    os.makedirs(cell_dir)
+    with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
+        json.dump({"params": cell.params, "repetition": cell.repetition, "config": cell.config,
+                   "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
+    log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        return subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, cwd=REPO_ROOT)
+    finally:
+        log.close()
+
+
+def run_cell_child(cell_dir: str) -> int:
+    """The child side: one runner.run into the cell directory. SIGTERM
+    unwinds like Ctrl-C so the runner's teardown removes the testbed."""
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    from satbed import runner
+    with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    try:
+        if doc.get("backend", "mininet") != "mininet":
+            raise SatbedError(f"the runner has no {doc['backend']!r} testbed backend yet")
+        cfg = config_from_dict(doc["config"])
+        _, result = runner.run(cfg, cell_dir, run_dir=cell_dir)
+    except SatbedError as e:
+        print(f"satbed: error: {e}", file=sys.stderr)
+        return 2
+    return 0 if result.get("integrity", "ok") == "ok" else 3
+
+
+def collect(child: Child, cell_dir: str, status_override: str | None = None) -> CellRow:
+    finished = time.time()
+    rc = child.proc.returncode
+    metrics: dict = {}
+    try:
+        with open(os.path.join(cell_dir, "result.json"), encoding="utf-8") as f:
+            metrics = json.load(f)
+    except (OSError, ValueError):
+        pass
+    error = metrics.get("error")
+    if status_override:
+        status = status_override
+        error = error or (f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status)
+    elif rc == 0 and not error:
+        status = "ok"
+    else:
+        status = "failed"
+        if not error and rc == 3:
+            error = f"integrity {metrics.get('integrity')}"
+        error = error or _log_tail(cell_dir) or f"exit {rc}"
+    return CellRow(hash=child.cell.hash, experiment="", params=child.cell.params, config=child.cell.config,
+                   repetition=child.cell.repetition, status=status, error=error,
+                   goodput_bps=metrics.get("goodput_bps"), metrics=metrics, started=child.started,
+                   finished=finished, seconds=finished - child.started, estimate=child.cell.estimate_s)
+
+
+def _log_tail(cell_dir: str) -> str:
+    try:
+        with open(os.path.join(cell_dir, "matrix.log"), encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _signal(child: Child, sig: int, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(child.proc.pid, sig)
+        else:
+            child.proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def clean_leftovers() -> list[str]:
+    """What SIGKILLed children left: their testbeds' records name dead owners."""
+    from satbed.testbed import clean
+    try:
+        return clean()
+    except SatbedError as e:
+        return [f"clean failed: {e}"]
+
+
+def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str = "mininet",
+               retry: bool = False, stream=sys.stderr) -> dict:
+    """Run every cell not already done; returns counts. Raises KeyboardInterrupt
+    after stopping all children when interrupted."""
+    from satbed.proc import require_root
+    require_root()
+    os.makedirs(os.path.join(out, "cells"), exist_ok=True)
+    if jobs is not None and jobs < 1:
+        raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    host = host_info()
+    with Store(os.path.join(out, "results.sqlite")) as store:
+        todo, skipped = [], 0
+        for cell in exp.cells:
+            row = store.get(cell.hash)
+            if row and (row.status == "ok" or (row.status in DONE and not retry)):
+                skipped += 1
+            else:
+                todo.append(cell)
+        jobs = jobs or default_jobs(todo or exp.cells, host)
+        # Longest first: the long cells start early instead of ending the run alone.
+        todo.sort(key=lambda c: -c.estimate_s)
+        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs, len(exp.cells), skipped, host)
+        stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
+                     f"{len(todo)} to run with --jobs {jobs} into {out}\n")
+        stream.flush()
+        progress = Progress(len(todo), jobs, stream)
+        running: dict[str, Child] = {}
+        pending = list(todo)
+        counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": skipped}
+        outcome = "interrupted"
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    cell = pending.pop(0)
+                    cell_dir = os.path.join(out, "cells", cell.hash)
+                    now = time.monotonic()
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(), now,
+                                               now + cell.timeout_s)
+                for h, ch in list(running.items()):
+                    now = time.monotonic()
+                    if ch.proc.poll() is None:
+                        if ch.terminated_at is None and now > ch.deadline:
+                            ch.terminated_at, ch.reason = now, "timeout"
+                            _signal(ch, signal.SIGTERM)
+                        elif ch.terminated_at is not None and now > ch.terminated_at + TERM_GRACE_S:
+                            _signal(ch, signal.SIGKILL, group=True)
+                            ch.proc.wait()
+                        else:
+                            continue
+                    if ch.proc.returncode is None:
+                        continue
+                    if ch.reason:
+                        # The group may hold stragglers (a capture, a server) of a killed cell.
+                        _signal(ch, signal.SIGKILL, group=True)
+                        clean_leftovers()
+                    row = collect(ch, os.path.join(out, "cells", h), ch.reason or None)
+                    row.experiment = exp.name
+                    store.put(row)
+                    counts[row.status] = counts.get(row.status, 0) + 1
+                    del running[h]
+                    note = human_bps(row.goodput_bps) if row.goodput_bps else (
+                        f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")
+                    if row.status != "ok":
+                        note = f"{note} {row.error or ''}".strip()
+                    progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
+                progress.draw([(c.cell, c.mono) for c in running.values()], pending)
+                time.sleep(0.2)
+            outcome = "complete"
+        except BaseException:
+            # Ctrl-C or SIGTERM: stop children in order so each tears its testbed down.
+            old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                progress.close()
+                stream.write(f"satbed matrix: stopping {len(running)} running cell(s)...\n")
+                stream.flush()
+                stop_children(list(running.values()))
+                for h, ch in running.items():
+                    row = collect(ch, os.path.join(out, "cells", h), "interrupted")
+                    row.experiment = exp.name
+                    store.put(row)
+                clean_leftovers()
+            finally:
+                store.end_run(run_id, outcome)
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+            raise
+        progress.close()
+        store.end_run(run_id, outcome)
+    return counts
+
+
+def stop_children(children: list[Child]) -> None:
+    for ch in children:
+        if ch.proc.poll() is None:
+            _signal(ch, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    for ch in children:
+        try:
+            ch.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(ch, signal.SIGKILL, group=True)
+            ch.proc.wait()
+
+
+def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 2,
+             stream=sys.stderr) -> dict:
+    """Parallel fidelity: the first cell's goodput alone vs with jobs-1 copies
+    of it running at once. Prints and returns the numbers."""
+    from satbed.proc import require_root
+    require_root()
+    if not exp.cells:
+        raise SatbedError(f"{exp.file}: no cells")
+    base = exp.cells[0]
+    if base.params["client"] == "ping":
+        raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
+    jobs = jobs or default_jobs([base])
+    root = os.path.join(out, "fidelity", time.strftime("%Y%m%d-%H%M%S"))
+
+    def batch(tag: str, n: int) -> list[float]:
+        children = []
+        for i in range(n):
+            d = os.path.join(root, f"{tag}-{i}")
+            now = time.monotonic()
+            children.append((d, Child(base, spawn(base, d, "mininet"), time.time(), now, now + base.timeout_s)))
+        rates = []
+        try:
+            for d, ch in children:
+                try:
+                    ch.proc.wait(timeout=max(1.0, ch.deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    stop_children([ch])
+                row = collect(ch, d)
+                if row.status == "ok" and row.goodput_bps:
+                    rates.append(row.goodput_bps)
+                else:
+                    stream.write(f"  {tag}-{i}: {row.status} {row.error or 'no goodput'}\n")
+        except BaseException:
+            stop_children([c for _, c in children])
+            clean_leftovers()
+            raise
+        return rates
+
+    alone: list[float] = []
+    together: list[float] = []
+    for r in range(rounds):
+        alone += batch(f"alone-r{r}", 1)
+        together += batch(f"parallel-r{r}", jobs)
+        stream.write(f"round {r + 1}/{rounds}: alone {alone[-1:]}, parallel {together[-jobs:]}\n")
+        stream.flush()
+    if not alone or not together:
+        raise SatbedError(f"fidelity: no successful cells (see {root})")
+    a, t = sum(alone) / len(alone), sum(together) / len(together)
+    worst = min(together)
+    doc = {"cell": base.label(), "jobs": jobs, "rounds": rounds, "alone_bps": alone, "parallel_bps": together,
+           "alone_mean_bps": a, "parallel_mean_bps": t, "mean_diff_pct": 100 * (t - a) / a,
+           "worst_diff_pct": 100 * (worst - a) / a, "dir": root}
+    print(f"fidelity: {base.label()} with --jobs {jobs}: alone {human_bps(a)}, parallel mean {human_bps(t)} "
+          f"({doc['mean_diff_pct']:+.2f}%), worst {human_bps(worst)} ({doc['worst_diff_pct']:+.2f}%)")
+    with open(os.path.join(root, "fidelity.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    return doc
+
+
+def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = None) -> dict:
+    """Estimate a matrix's wall time from measured cells: each cell's estimate
+    is scaled by the measured/estimated ratio of the most similar finished
+    cells (same client and PEP where possible), then packed onto the jobs
+    longest-first."""
+    measured: list[CellRow] = []
+    for p in store_paths:
+        with Store(p) as s:
+            measured += [r for r in s.cells() if r.seconds and r.status in ("ok", "timeout")]
+    jobs = jobs or default_jobs(exp.cells)
+
+    def ratio(cell: Cell) -> float:
+        for match in (("client", "pep", "rtt", "ber"), ("client", "pep", "rtt"), ("client", "pep"), ("client",)):
+            rs = [r.seconds / r.estimate for r in measured if r.estimate
+                  and all(r.params.get(k) == cell.params[k] for k in match)]
+            if rs:
+                return sum(rs) / len(rs)
+        rs = [r.seconds / r.estimate for r in measured if r.estimate]
+        return sum(rs) / len(rs) if rs else 1.0
+
+    times = sorted((min(c.timeout_s, c.estimate_s * ratio(c)) for c in exp.cells), reverse=True)
+    lanes = [0.0] * jobs
+    for t in times:
+        i = lanes.index(min(lanes))
+        lanes[i] += t
+    return {"cells": len(exp.cells), "jobs": jobs, "cell_seconds": sum(times), "wall_seconds": max(lanes),
+            "measured_cells": len(measured)}
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--run-cell":
+        return run_cell_child(argv[1])
+    print("usage: python3 -m satbed.matrix --run-cell DIR (internal; use `satbed matrix`)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
