@@ -283,7 +283,9 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
 
         b = Xplot(elements=elems).bounds(k for k in ("line", *MARKERS, *TEXTS))
         if xlim is not None:
-            ax.set_xlim(*xlim)
+            # A little room so labels at the window's edge (SYN at 0) stay readable.
+            pad = (xlim[1] - xlim[0]) * 0.01
+            ax.set_xlim(xlim[0] - pad, xlim[1] + pad)
         elif b is not None:
             pad = (b[1] - b[0]) * 0.02 or 0.5
             ax.set_xlim(b[0] - pad, b[1] + pad)
@@ -301,8 +303,10 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
         ax.grid(True, color="#303030", lw=0.5)
         ax.ticklabel_format(axis="both", style="plain", useOffset=False)
         if legend:
-            leg = ax.legend(handles=_legend_handles(legend), loc="upper left", fontsize=8,
-                            facecolor="#181818", edgecolor=FOREGROUND, framealpha=0.85)
+            # Below the axes: inside it would hide the start of the transfer.
+            leg = ax.legend(handles=_legend_handles(legend), loc="upper center",
+                            bbox_to_anchor=(0.5, -0.09), ncol=min(4, len(legend)), fontsize=8,
+                            facecolor=BACKGROUND, edgecolor=FOREGROUND)
             for txt in leg.get_texts():
                 txt.set_color(FOREGROUND)
         fig.tight_layout()
