@@ -7,6 +7,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from satbed.errors import SatbedError
 from satbed.net import Host
 
 
@@ -20,6 +21,8 @@ class ClientContext:
     rate_bps: int | None    # the satellite link's sustained rate, for timeouts
     rtt_ms: float
     seed: int = 1
+    keep_files: bool = False        # keep payload files after verification (also SATBED_KEEP_FILES=1)
+    timeout_s: float | None = None  # overrides the transfer bound (also SATBED_TRANSFER_TIMEOUT=seconds)
 
     @property
     def sender(self) -> Host:
@@ -37,6 +40,12 @@ class ClientContext:
     def transfer_timeout(self, floor_bps: float = 100_000) -> float:
         """A bound on how long a transfer may take: generous (a buffer-limited
         FTP at 600 ms is slow) but finite, so a stalled transfer never hangs."""
+        override = self.timeout_s or os.environ.get("SATBED_TRANSFER_TIMEOUT")
+        if override:
+            try:
+                return float(override)
+            except ValueError:
+                raise SatbedError(f"bad SATBED_TRANSFER_TIMEOUT {override!r}: give seconds") from None
         rate = max(floor_bps, (self.rate_bps or 1e9) / 20)
         return 60 + 10 * self.rtt_ms / 1000 + self.size_bytes * 8 / rate
 

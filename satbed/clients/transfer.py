@@ -1,0 +1,377 @@
+"""Shared mechanics of the transfer adapters, so each tool's adapter only says
+where its server runs, which command moves the file, and where it lands.
+
+A run (class Run) owns: the payload (seeded random bytes, SHA-256 known), the
+servers it started (stopped on every exit path), a bounded client command with
+its output kept in RUN/logs/<client>.txt, a timed TCP connect probe, and the
+verification of the received copy. Payload files are deleted afterwards unless
+ctx.keep_files or SATBED_KEEP_FILES=1, so a matrix of 100 MB runs does not
+fill the disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from satbed.clients.base import Client, ClientContext
+from satbed.errors import SatbedError
+from satbed.net import Host, Node
+from satbed.proc import last_line, our_binary
+
+# The Debian package that provides each tool, for the "missing tool" line.
+PACKAGES = {
+    "vsftpd": "vsftpd", "ncftpget": "ncftp", "ncftpput": "ncftp",
+    "sshd": "openssh-server", "ssh": "openssh-client", "scp": "openssh-client",
+    "sftp": "openssh-client", "ssh-keygen": "openssh-client", "rsync": "rsync",
+    "lighttpd": "lighttpd", "wget": "wget", "nuttcp": "nuttcp", "iperf3": "iperf3",
+    "telnetd": "inetutils-telnetd", "telnet": "inetutils-telnet", "socat": "socat",
+}
+# Daemons live in sbin, which a sudo'd or minimal PATH may lack.
+SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+SERVER_START_S = 10.0
+CHUNK = 1 << 20
+
+
+def find_tool(name: str) -> str:
+    """Absolute path of a tool; one clear line naming its Debian package if absent."""
+    if name == "saratoga":
+        try:
+            return our_binary("saratoga")
+        except SatbedError as e:
+            raise SatbedError(f"{e}; the saratoga client needs it") from None
+    search = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
+    path = shutil.which(name, path=search)
+    if path is None:
+        pkg = PACKAGES.get(name, name)
+        raise SatbedError(f"missing tool {name}: install the Debian package {pkg} "
+                          f"(apt-get install {pkg})")
+    return path
+
+
+def keep_files(ctx: ClientContext) -> bool:
+    return bool(getattr(ctx, "keep_files", False)) or \
+        os.environ.get("SATBED_KEEP_FILES", "").lower() in ("1", "yes", "true")
+
+
+@dataclass
+class Payload:
+    path: str
+    size: int
+    sha256: str
+
+
+def make_payload(path: str, size: int, seed: int) -> Payload:
+    """Seeded random bytes: the same seed and size give the same file, so a
+    run can be repeated byte for byte; random so no link compresses it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    rng, digest, left = random.Random(seed), hashlib.sha256(), size
+    with open(path, "wb") as f:
+        while left:
+            block = rng.randbytes(min(CHUNK, left))
+            digest.update(block)
+            f.write(block)
+            left -= len(block)
+    os.chmod(path, 0o644)
+    return Payload(path, size, digest.hexdigest())
+
+
+def sha256_file(path: str) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(CHUNK), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    except OSError:
+        return None
+
+
+def listening(node: Node, port: int, proto: str = "tcp") -> bool:
+    """Is a socket in the node's namespace listening on (TCP) or bound to (UDP)
+    the port? /proc/PID/net shows the namespace of PID, so no process is spawned."""
+    try:
+        with open(f"/proc/{node.pid}/net/{proto}", encoding="ascii") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    for row in rows:
+        cols = row.split()
+        if len(cols) < 4:
+            continue
+        local_port = int(cols[1].rsplit(":", 1)[1], 16)
+        # 0A is TCP_LISTEN; an unconnected UDP socket shows 07 (TCP_CLOSE).
+        if local_port == port and cols[3] == ("0A" if proto == "tcp" else "07"):
+            return True
+    return False
+
+
+# Run in the client's node: the median time connect() takes to the server port.
+_CONNECT_PROBE = r"""
+import socket, statistics, sys, time
+host, port, n, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+times = []
+for _ in range(n):
+    s = socket.socket()
+    s.settimeout(timeout)
+    t = time.perf_counter()
+    s.connect((host, port))
+    times.append((time.perf_counter() - t) * 1000)
+    s.close()
+    time.sleep(0.05)
+print(statistics.median(times))
+"""
+
+
+class Run:
+    """One adapter run's resources; use as a context manager."""
+
+    def __init__(self, ctx: ClientContext, name: str):
+        self.ctx, self.name = ctx, name
+        self.log_path = ctx.path("logs", f"{name}.txt")
+        self.log = open(self.log_path, "a", encoding="utf-8")
+        self.servers: list[tuple[str, Node, subprocess.Popen]] = []
+        self.files: list[str] = []
+        self.dir = os.path.join(ctx.run_dir, "files", name)
+        os.makedirs(self.dir, exist_ok=True)
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def note(self, text: str) -> None:
+        self.log.write(text if text.endswith("\n") else text + "\n")
+        self.log.flush()
+
+    def mkdir(self, *parts: str) -> str:
+        p = os.path.join(self.dir, *parts)
+        os.makedirs(p, exist_ok=True)
+        return p
+
+    def path(self, *parts: str) -> str:
+        p = os.path.join(self.dir, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The tool's environment: no proxies (nothing outside is reachable),
+        and a per-run HOME so no tool reads or writes root's dotfiles."""
+        env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        home = self.path("home", ".keep")
+        env["HOME"] = os.path.dirname(home)
+        env.update(extra)
+        return env
+
+    # The payload --------------------------------------------------------
+
+    def payload(self, path: str) -> Payload:
+        p = make_payload(path, self.ctx.size_bytes, self.ctx.seed)
+        self.files.append(path)
+        self.note(f"payload {path}: {p.size} bytes sha256 {p.sha256}")
+        return p
+
+    def expect(self, path: str) -> str:
+        """A path the received copy will land at (removed at the end)."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.files.append(path)
+        return path
+
+    # Servers -------------------------------------------------------------
+
+    def server(self, node: Node, label: str, args: list[str], port: int, proto: str = "tcp",
+               wait: float = SERVER_START_S, **popen) -> subprocess.Popen:
+        """Start a server in a node and wait, bounded, until its port listens."""
+        out_path = self.ctx.path("logs", f"{self.name}-{label}.txt")
+        out = open(out_path, "a", encoding="utf-8")
+        out.write(f"$ {shlex.join(args)}\n")
+        out.flush()
+        try:
+            proc = node.popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **popen)
+        finally:
+            out.close()
+        self.servers.append((label, node, proc))
+        where = f"{_ip(node)}:{port}/{proto}"
+        deadline = time.monotonic() + wait
+        while True:
+            if listening(node, port, proto):
+                self.note(f"{label} listening on {where} (pid {proc.pid})")
+                return proc
+            if proc.poll() is not None:
+                raise SatbedError(f"{self.name}: {label} exited (code {proc.returncode}) before listening on "
+                                  f"{where}: {last_line(_tail(out_path)) or 'no output'}")
+            if time.monotonic() > deadline:
+                raise SatbedError(f"{self.name}: {label} did not start listening on {where} within "
+                                  f"{wait:g} s (see {os.path.relpath(out_path, self.ctx.run_dir)})")
+            time.sleep(0.05)
+
+    def stop_servers(self) -> None:
+        for label, node, proc in reversed(self.servers):
+            _stop(proc)
+            if proc in node.procs:
+                node.procs.remove(proc)
+            self.note(f"{label} stopped (exit {proc.returncode})")
+        self.servers.clear()
+
+    # Client side -----------------------------------------------------------
+
+    def connect_ms(self, node: Node, ip: str, port: int, samples: int = 3) -> float:
+        """Median time of connect() from `node` to ip:port: one RTT end to end,
+        LAN-short when a split PEP answers the SYN."""
+        limit = 5 + 3 * self.ctx.rtt_ms / 1000
+        cp = node.run([sys.executable, "-c", _CONNECT_PROBE, ip, str(port), str(samples), str(limit)],
+                      timeout=samples * (limit + 1) + 10, check=False)
+        if cp.returncode != 0:
+            raise SatbedError(f"{self.name}: cannot connect to {ip}:{port} from {node.name}: "
+                              f"{last_line(cp.stderr) or 'exit ' + str(cp.returncode)}")
+        ms = round(float(cp.stdout.strip()), 3)
+        self.note(f"tcp connect {node.name} -> {ip}:{port}: {ms} ms (median of {samples})")
+        return ms
+
+    def client(self, node: Node, args: list[str], timeout: float | None = None, stdin: str | None = None,
+               stdout: str | None = None, **popen) -> tuple[float, str]:
+        """Run the transfer command in a node, bounded; returns (seconds, output).
+        stdin/stdout: files to connect (for tools that stream the payload)."""
+        timeout = self.ctx.transfer_timeout() if timeout is None else timeout
+        tool = os.path.basename(args[0])
+        self.note(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else "") + (f" > {stdout}" if stdout else ""))
+        fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
+        fout = open(stdout, "wb") if stdout else subprocess.PIPE
+        try:
+            start = time.monotonic()
+            proc = node.popen(args, stdin=fin, stdout=fout, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
+                              **popen)
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                out, err = proc.communicate()
+                self.note(_text(out) + _text(err))
+                raise SatbedError(f"{self.name}: transfer stalled: {tool} did not finish within {timeout:.0f} s "
+                                  f"(see {os.path.relpath(self.log_path, self.ctx.run_dir)})") from None
+            finally:
+                if proc in node.procs:
+                    node.procs.remove(proc)
+            seconds = time.monotonic() - start
+        finally:
+            for f in (fin, fout):
+                if hasattr(f, "close"):
+                    f.close()
+        text = _text(out) + _text(err)
+        self.note(text)
+        self.note(f"[{tool} exit {proc.returncode} after {seconds:.3f} s]")
+        if proc.returncode != 0:
+            raise SatbedError(f"{self.name}: {tool} failed (exit {proc.returncode}): "
+                              f"{last_line(text) or 'no output'}")
+        return seconds, text
+
+    # Result ------------------------------------------------------------------
+
+    def verify(self, payload: Payload, received: str, seconds: float, **extra) -> dict:
+        """The metrics of a file transfer; a mismatch is reported loudly."""
+        got = sha256_file(received)
+        size = os.path.getsize(received) if got is not None else 0
+        ok = got == payload.sha256 and size == payload.size
+        metrics = {"client": self.name, "direction": self.ctx.direction, "bytes": size,
+                   "seconds": round(seconds, 3),
+                   "goodput_bps": round(size * 8 / seconds) if seconds > 0 else 0,
+                   "integrity": "ok" if ok else "fail", "sha256": got, "sha256_expected": payload.sha256,
+                   **extra}
+        self.note(f"received {received}: {size} bytes sha256 {got}: integrity {metrics['integrity']}")
+        if not ok:
+            why = "missing" if got is None else f"{size} of {payload.size} bytes, sha256 {got}"
+            metrics["error"] = f"integrity check failed: {self.name} delivered {why}; expected sha256 {payload.sha256}"
+            print(f"satbed: INTEGRITY FAILURE: {metrics['error']} (run directory: {self.ctx.run_dir})",
+                  file=sys.stderr, flush=True)
+        return metrics
+
+    def close(self) -> None:
+        try:
+            self.stop_servers()
+        finally:
+            if not keep_files(self.ctx):
+                for path in self.files:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+            self.log.close()
+
+
+class TransferClient(Client):
+    """A client whose run is: check tools, open a Run, transfer(), close."""
+
+    def __init__(self) -> None:
+        self.paths = {tool: find_tool(tool) for tool in self.tools}
+
+    def run(self, ctx: ClientContext) -> dict:
+        with Run(ctx, self.name) as t:
+            return self.transfer(ctx, t)
+
+    def transfer(self, ctx: ClientContext, t: Run) -> dict:
+        raise NotImplementedError
+
+    def tool(self, name: str) -> str:
+        return self.paths[name]
+
+
+def ip(host: Host) -> str:
+    return str(host.ip.ip)
+
+
+def _ip(node: Node) -> str:
+    return str(node.ip.ip) if isinstance(node, Host) else node.name
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate a process and what it forked: node.popen starts every process
+    in a session of its own (mnexec -d), so its process group is its own."""
+    if proc.poll() is not None:
+        return
+    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
+        try:
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: str, n: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _text(data) -> str:
+    if data is None:
+        return ""
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def percentiles(values: list[float]) -> dict:
+    """avg/p50/p95/min/max of a sample, in the units given, rounded."""
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered)) - 1))]
+    return {"avg": round(statistics.fmean(ordered), 3), "p50": round(statistics.median(ordered), 3),
+            "p95": round(p95, 3), "min": round(ordered[0], 3), "max": round(ordered[-1], 3)}
