@@ -18,11 +18,13 @@ import (
 	"satbed/emulator/link"
 )
 
-// Port sends and receives whole Ethernet frames. Read returns 0, nil when
-// nothing arrived within its timeout, so loops can notice cancellation.
+// Port sends and receives whole Ethernet frames. Read blocks until a frame
+// arrives or the read deadline passes; SetReadDeadline(past) must wake it.
+// Read may return 0, nil (no frame).
 type Port interface {
 	Read(b []byte) (int, error)
 	Write(b []byte) error
+	SetReadDeadline(t time.Time) error
 }
 
 // kernelDropper is implemented by ports that can report frames lost before
@@ -110,6 +112,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	// Wake blocked readers on cancellation.
+	go func() {
+		<-ctx.Done()
+		_ = a.SetReadDeadline(time.Now())
+		_ = bp.SetReadDeadline(time.Now())
+	}()
 	start(func() error { return b.rxLoop(ctx, a, b.dirs[0]) })
 	start(func() error { return b.rxLoop(ctx, bp, b.dirs[1]) })
 	start(func() error { return b.txLoop(ctx, b.dirs[0], bp) })
@@ -138,6 +146,9 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 	for ctx.Err() == nil {
 		n, err := in.Read(scratch)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return fmt.Errorf("%s receive: %w", d.Name, err)
 		}
 		if n == 0 {

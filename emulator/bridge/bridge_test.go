@@ -32,6 +32,8 @@ func (p *chanPort) Read(b []byte) (int, error) {
 	}
 }
 
+func (p *chanPort) SetReadDeadline(time.Time) error { return nil }
+
 func (p *chanPort) Write(b []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -7,8 +7,10 @@ package rawsock
 import (
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -21,9 +23,8 @@ type Options struct {
 	// skipping the egress qdisc: the emulator is the qdisc. Frames sent this
 	// way are not seen by taps (tcpdump) on the emulator's own ports.
 	QdiscBypass bool
-	RcvBuf      int           // SO_RCVBUFFORCE bytes, default 8 MiB
-	SndBuf      int           // SO_SNDBUFFORCE bytes, default 8 MiB
-	ReadTimeout time.Duration // how long Read blocks before returning 0, default 100 ms
+	RcvBuf      int // SO_RCVBUFFORCE bytes, default 8 MiB
+	SndBuf      int // SO_SNDBUFFORCE bytes, default 8 MiB
 }
 
 // Socket is an AF_PACKET SOCK_RAW socket bound to one interface in
@@ -31,6 +32,8 @@ type Options struct {
 // (PACKET_IGNORE_OUTGOING), so bridged frames never loop back.
 type Socket struct {
 	fd      int
+	file    *os.File // owns fd; registered with the Go netpoller
+	rc      syscall.RawConn
 	Name    string
 	ifindex int
 
@@ -54,12 +57,12 @@ func Open(name string, o Options) (*Socket, error) {
 	if o.SndBuf == 0 {
 		o.SndBuf = 8 << 20
 	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = 100 * time.Millisecond
-	}
 	// Protocol 0 at creation: the socket receives nothing until bind names
 	// the interface, so no frame from another interface slips in.
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	// Non-blocking, so waiting readers park in the Go netpoller instead of
+	// holding a thread and a P in a blocking syscall (which delays the
+	// transmit goroutines' wake-ups by milliseconds).
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: socket: %w", name, err)
 	}
@@ -82,10 +85,6 @@ func Open(name string, o Options) (*Socket, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, o.SndBuf); err != nil {
 		return fail("SO_SNDBUFFORCE", err)
 	}
-	tv := unix.NsecToTimeval(o.ReadTimeout.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fail("SO_RCVTIMEO", err)
-	}
 	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sll); err != nil {
 		return fail("bind", err)
@@ -94,49 +93,87 @@ func Open(name string, o Options) (*Socket, error) {
 	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
 		return fail("promiscuous mode", err)
 	}
+	s.file = os.NewFile(uintptr(fd), "packet:"+name)
+	rc, err := s.file.SyscallConn()
+	if err != nil {
+		s.file.Close()
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	s.rc = rc
 	return s, nil
 }
 
-// Read receives one frame into b. It returns 0, nil when the read timeout
-// expires with nothing received. A frame larger than b is dropped and
-// counted (see Truncated).
+// Read receives one frame into b, waiting until one arrives or the read
+// deadline passes (then it returns 0 and an error satisfying
+// errors.Is(err, os.ErrDeadlineExceeded)). A frame larger than b is dropped
+// and counted (see Truncated).
 func (s *Socket) Read(b []byte) (int, error) {
-	for {
-		// MSG_TRUNC makes the kernel report the real length of a frame that
-		// did not fit.
-		n, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd),
-			uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_TRUNC, 0, 0)
-		switch errno {
-		case 0:
-			if int(n) > len(b) {
-				s.truncated.Add(1)
+	var n int
+	var rerr error
+	err := s.rc.Read(func(fd uintptr) bool {
+		for {
+			// MSG_TRUNC makes the kernel report the real length of a frame
+			// that did not fit.
+			r, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd,
+				uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_TRUNC, 0, 0)
+			switch errno {
+			case 0:
+				if int(r) > len(b) {
+					s.truncated.Add(1)
+					continue
+				}
+				n = int(r)
+				return true
+			case unix.EINTR:
 				continue
+			case unix.EAGAIN:
+				return false
+			default:
+				rerr = errno
+				return true
 			}
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, nil
-		default:
-			return 0, fmt.Errorf("%s: recv: %w", s.Name, errno)
 		}
+	})
+	if err == nil {
+		err = rerr
 	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: recv: %w", s.Name, err)
+	}
+	return n, nil
 }
 
-// Write sends one complete Ethernet frame out of the interface.
+// SetReadDeadline bounds the wait of current and future Reads.
+func (s *Socket) SetReadDeadline(t time.Time) error { return s.file.SetReadDeadline(t) }
+
+// Write sends one complete Ethernet frame out of the interface, waiting
+// for socket buffer space if needed.
 func (s *Socket) Write(b []byte) error {
-	for {
-		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd),
-			uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
-		switch errno {
-		case 0:
-			return nil
-		case unix.EINTR:
-			continue
-		default:
-			return fmt.Errorf("%s: send: %w", s.Name, errno)
+	var werr error
+	err := s.rc.Write(func(fd uintptr) bool {
+		for {
+			_, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd,
+				uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
+			switch errno {
+			case 0:
+				return true
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false
+			default:
+				werr = errno
+				return true
+			}
 		}
+	})
+	if err == nil {
+		err = werr
 	}
+	if err != nil {
+		return fmt.Errorf("%s: send: %w", s.Name, err)
+	}
+	return nil
 }
 
 // KernelDrops returns the number of frames the kernel dropped because the
@@ -155,9 +192,9 @@ func (s *Socket) KernelDrops() uint64 {
 // buffer.
 func (s *Socket) Truncated() uint64 { return s.truncated.Load() }
 
-// Close closes the socket. Call it only after readers and writers stopped.
+// Close closes the socket; blocked Reads return an error.
 func (s *Socket) Close() error {
 	var err error
-	s.closeOnce.Do(func() { err = unix.Close(s.fd) })
+	s.closeOnce.Do(func() { err = s.file.Close() })
 	return err
 }

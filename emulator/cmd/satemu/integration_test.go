@@ -1,0 +1,355 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"satbed/emulator/internal/netns"
+	"satbed/emulator/link"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// satemuBin builds the real binary once per test run.
+func satemuBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "satemu-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "satemu")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+func TestBadConfigExitsTwo(t *testing.T) {
+	bin := satemuBin(t)
+	dir := t.TempDir()
+	cases := map[string]string{
+		"negative delay": `{"a_to_b":{"delay_ms":-5},"b_to_a":{}}`,
+		"ber":            `{"a_to_b":{"ber":1.5},"b_to_a":{}}`,
+		"rate 0":         `{"a_to_b":{"rate_bps":0},"b_to_a":{}}`,
+		"ceil < rate":    `{"a_to_b":{"rate_bps":8e6,"ceil_bps":1},"b_to_a":{}}`,
+		"profile":        `{"a_to_b":{"profile":"missing.csv"},"b_to_a":{}}`,
+		"unknown key":    `{"a_to_b":{"delay":5},"b_to_a":{}}`,
+		"not json":       `{{{`,
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
+			if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(bin, "-a", "x0", "-b", "x1", "-config", p)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("exit %v, want 2; stderr %q", err, stderr.String())
+			}
+			if s := strings.TrimRight(stderr.String(), "\n"); s == "" || strings.Contains(s, "\n") || strings.Contains(s, "panic") {
+				t.Errorf("stderr not one clear line: %q", stderr.String())
+			}
+		})
+	}
+}
+
+// env is one namespace chain with satemu running in the middle.
+type env struct {
+	chain *netns.Chain
+	emu   *netns.Satemu
+	dir   string
+}
+
+func setup(t *testing.T, cfg string) *env {
+	t.Helper()
+	if !netns.Root() {
+		t.Skip("namespace integration test needs root (CAP_NET_ADMIN); skipping")
+	}
+	bin := satemuBin(t)
+	chain, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{chain: chain, dir: t.TempDir()}
+	emu, err := chain.StartSatemu(bin, e.dir, []byte(cfg))
+	if err != nil {
+		chain.Close()
+		t.Fatal(err)
+	}
+	e.emu = emu
+	t.Cleanup(func() {
+		if err := e.stop(); err != nil {
+			t.Error(err)
+		}
+		if err := chain.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+// stop ends satemu with SIGTERM and checks the exit status and final files.
+func (e *env) stop() error {
+	if e.emu == nil {
+		return nil
+	}
+	emu := e.emu
+	e.emu = nil
+	if err := emu.Stop(); err != nil {
+		msg, _ := os.ReadFile(filepath.Join(e.dir, "satemu.stderr"))
+		return fmt.Errorf("satemu stop: %w; stderr: %s", err, msg)
+	}
+	data, err := os.ReadFile(filepath.Join(emu.StatsDir, "emulator.json"))
+	if err != nil {
+		return err
+	}
+	var rep struct {
+		Seed   *uint64                    `json:"seed"`
+		Config map[string]json.RawMessage `json:"config"`
+		Totals struct {
+			Dirs map[string]json.RawMessage `json:"directions"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return fmt.Errorf("emulator.json: %w", err)
+	}
+	if rep.Seed == nil || len(rep.Config) != 2 || len(rep.Totals.Dirs) != 2 {
+		return fmt.Errorf("emulator.json incomplete: %s", data)
+	}
+	ts, err := os.ReadFile(filepath.Join(emu.StatsDir, "emulator_timeseries.csv"))
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(string(ts), "t_s,direction,") || strings.Count(string(ts), "\n") < 3 {
+		return fmt.Errorf("timeseries too short: %q", ts)
+	}
+	return nil
+}
+
+func (e *env) udpPair(t *testing.T, port int) (snd, rcv *net.UDPConn, dst *net.UDPAddr) {
+	t.Helper()
+	rcv, err := netns.ListenUDP(e.chain.Recv, fmt.Sprintf("%s:%d", netns.ReceiverIP, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd, err = netns.ListenUDP(e.chain.Sender, netns.SenderIP+":0")
+	if err != nil {
+		rcv.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { snd.Close(); rcv.Close() })
+	return snd, rcv, &net.UDPAddr{IP: net.ParseIP(netns.ReceiverIP), Port: port}
+}
+
+var pingTime = regexp.MustCompile(`icmp_seq=(\d+) ttl=\d+ time=([0-9.]+) ms`)
+
+// pingRTTs pings the receiver from the sender and returns the RTTs in ms of
+// every echo but the first, whose RTT includes ARP resolution through the
+// emulator.
+func (e *env) pingRTTs(t *testing.T, count int) []float64 {
+	t.Helper()
+	out, err := netns.Command(e.chain.Sender, "ping", "-n", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "3", netns.ReceiverIP).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ping: %v\n%s", err, out)
+	}
+	var rtts []float64
+	for _, m := range pingTime.FindAllStringSubmatch(string(out), -1) {
+		if m[1] == "1" {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		rtts = append(rtts, v)
+	}
+	if len(rtts) != count-1 {
+		t.Fatalf("got %d echoes, want %d:\n%s", len(rtts), count-1, out)
+	}
+	return rtts
+}
+
+func TestARPAndPing(t *testing.T) {
+	e := setup(t, `{"seed":3,"sample_ms":50,"a_to_b":{"delay_ms":50},"b_to_a":{"delay_ms":50}}`)
+	for _, v := range e.pingRTTs(t, 5) {
+		if v < 99.5 || v > 101.5 {
+			t.Errorf("ping rtt %v ms, want ~100", v)
+		}
+	}
+	// ARP went through the emulator (the receiver learnt the sender's MAC).
+	neigh, err := netns.Command(e.chain.Recv, "ip", "neigh", "show", netns.SenderIP).CombinedOutput()
+	if err != nil || !strings.Contains(string(neigh), "lladdr") {
+		t.Errorf("receiver has no neighbour entry for the sender: %s %v", neigh, err)
+	}
+}
+
+func TestRTTUnderUDPEcho(t *testing.T) {
+	e := setup(t, `{"seed":4,"a_to_b":{"delay_ms":50},"b_to_a":{"delay_ms":50}}`)
+	snd, rcv, dst := e.udpPair(t, 7001)
+	go netns.Echo(rcv)
+	e.pingRTTs(t, 2) // resolve ARP first
+	rtts := netns.Probe(snd, dst, 10*time.Millisecond, 3*time.Second, 300*time.Millisecond)
+	if len(rtts) < 250 {
+		st, _ := e.emu.DirStats("a_to_b")
+		t.Fatalf("only %d probe answers; %v", len(rtts), st)
+	}
+	p50, p99 := netns.Quantile(rtts, 0.5), netns.Quantile(rtts, 0.99)
+	st, err := e.emu.DirStats("a_to_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RTT p50 %v p99 %v (configured 100ms); satemu lateness p50 %vus p99 %vus max %vus",
+		p50, p99, st["tx_late_p50_us"], st["tx_late_p99_us"], st["tx_late_max_us"])
+	if p50 < 100*time.Millisecond || p50 > 100500*time.Microsecond || p99 > 101*time.Millisecond {
+		t.Errorf("RTT p50 %v p99 %v, want 100ms (+0.5/+1ms)", p50, p99)
+	}
+}
+
+func TestUDPRate(t *testing.T) {
+	e := setup(t, `{"seed":5,"a_to_b":{"rate_bps":8000000,"delay_ms":10},"b_to_a":{"delay_ms":10}}`)
+	snd, rcv, dst := e.udpPair(t, 7002)
+	var sink netns.Sink
+	go sink.RunSink(rcv)
+	start := time.Now()
+	if _, err := netns.Blast(context.Background(), snd, dst, 1458, 12e6, 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	got := sink.WireRate(start.Add(time.Second), start.Add(4*time.Second))
+	t.Logf("wire rate %.0f bit/s (configured 8000000)", got)
+	if math.Abs(got-8e6)/8e6 > 0.02 {
+		t.Errorf("wire rate %.0f, want 8e6 +-2%%", got)
+	}
+	st, err := e.emu.DirStats("a_to_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := st["drops"].(map[string]any)["queue"].(float64); d == 0 {
+		t.Error("no queue drops while offering 12 Mbit/s to an 8 Mbit/s link")
+	}
+	if hw := st["queue_high_water_packets"].(float64); hw != 1000 {
+		t.Errorf("queue high water %v, want the 1000-packet limit", hw)
+	}
+}
+
+func TestOutageDropsWhileDown(t *testing.T) {
+	e := setup(t, `{"seed":6,"a_to_b":{"outage":{"period_s":2,"down_s":1,"offset_s":0.5}},"b_to_a":{}}`)
+	snd, rcv, dst := e.udpPair(t, 7003)
+	var sink netns.Sink
+	go sink.RunSink(rcv)
+	// Paced at 1000 datagrams/s for 4 s: two full cycles.
+	sent, err := netns.Blast(context.Background(), snd, dst, 100, 1000*(100+netns.WireOverhead)*8, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	st, err := e.emu.DirStats("a_to_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outage := st["drops"].(map[string]any)["outage"].(float64)
+	got := sink.Count()
+	t.Logf("sent %d received %d outage drops %.0f", sent, got, outage)
+	if got+int(outage) != sent {
+		t.Errorf("received %d + outage drops %.0f != sent %d", got, outage, sent)
+	}
+	if f := outage / float64(sent); f < 0.4 || f > 0.6 {
+		t.Errorf("outage drop fraction %.3f, want ~0.5", f)
+	}
+	// While down nothing passes: the received sequence numbers form runs
+	// separated by gaps of about one second's worth of datagrams.
+	seqs := sink.Seqs()
+	gaps := 0
+	for i := 1; i < len(seqs); i++ {
+		if d := seqs[i] - seqs[i-1]; d > 1 {
+			gaps++
+			if d < 900 {
+				t.Errorf("gap of %d datagrams, want ~1000", d)
+			}
+		}
+	}
+	if gaps < 1 {
+		t.Errorf("no outage gap in the received sequence")
+	}
+}
+
+func TestBERLoss(t *testing.T) {
+	const ber = 1e-5
+	e := setup(t, fmt.Sprintf(`{"seed":7,"a_to_b":{"ber":%g},"b_to_a":{}}`, ber))
+	snd, rcv, dst := e.udpPair(t, 7004)
+	var sink netns.Sink
+	go sink.RunSink(rcv)
+	const payload = 1500 - netns.WireOverhead
+	sent, err := netns.Blast(context.Background(), snd, dst, payload, 40e6, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	st, err := e.emu.DirStats("a_to_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := st["frames_in"].(float64)
+	lost := float64(sent - sink.Count())
+	per := link.PER(ber, 1500)
+	sd := math.Sqrt(per * (1 - per) / float64(sent))
+	t.Logf("sent %d lost %.0f (%.4f), formula %.4f, frames_in %.0f", sent, lost, lost/float64(sent), per, in)
+	if math.Abs(lost/float64(sent)-per) > 4*sd {
+		t.Errorf("loss %.4f, want %.4f +- %.4f", lost/float64(sent), per, 4*sd)
+	}
+	if ber := st["drops"].(map[string]any)["ber"].(float64); ber != lost {
+		t.Errorf("ber drops %.0f != lost %.0f", ber, lost)
+	}
+}
+
+func TestControlSet(t *testing.T) {
+	e := setup(t, `{"seed":8,"a_to_b":{"delay_ms":5},"b_to_a":{"delay_ms":5}}`)
+	r, err := e.emu.Request(`{"op":"set","dir":"both","params":{"delay_ms":40}}`)
+	if err != nil || r["ok"] != true {
+		t.Fatalf("set: %v %v", r, err)
+	}
+	r, err = e.emu.Request(`{"op":"set","dir":"a_to_b","params":{"ber":2}}`)
+	if err != nil || r["ok"] != false || !strings.Contains(fmt.Sprint(r["error"]), "ber") {
+		t.Fatalf("invalid set: %v %v", r, err)
+	}
+	for _, v := range e.pingRTTs(t, 4) {
+		if v < 79.5 || v > 81.5 {
+			t.Errorf("rtt after set %v ms, want ~80", v)
+		}
+	}
+}
