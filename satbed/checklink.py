@@ -6,7 +6,8 @@ configuration, the way the study checked its bed with nuttcp UDP.
   burst and the propagation delay).
 - udp_wire_bps: the same in the bytes the shaper counts, as HTB does: the whole
   frame without FCS, i.e. UDP payload + 8 (UDP) + 20 (IPv4) + 14 (Ethernet).
-- RTT with ping idle, and under load (UDP one way at 90% of the rate, so the
+- RTT with a UDP echo probe (ping prints whole milliseconds past 100 ms) idle,
+  and under load (UDP one way at 90% of the rate, so the
   queue stays short and what is left is the emulator's own timing error).
 - PER per frame size (64, 576, 1514 bytes) with a numbered UDP probe, beside
   the formula 1-(1-BER)^(8*bytes) and its 95% interval."""
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
 import subprocess
@@ -25,21 +27,36 @@ from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
 from satbed.net import Host
 from satbed.probe import HEADERS
+from satbed.proc import REPO_ROOT
 from satbed.testbed import Testbed
 
 NUTTCP_PAYLOAD = 1472          # a full 1500-byte IP packet
 FRAME_SIZES = (64, 576, 1514)
+PROBE = ["/usr/bin/python3", os.path.join(REPO_ROOT, "satbed", "probe.py")]
 
 
-def ping_stats(host: Host, dst: str, count: int, interval: float) -> dict:
-    cp = host.run(["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "5", dst],
-                  timeout=count * interval + 30, check=False)
-    rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", cp.stdout))
+def rtt_stats(src: Host, dst: Host, count: int, interval: float) -> dict:
+    """UDP echo RTTs at microsecond resolution; one warm-up exchange first so
+    ARP resolution is not counted."""
+    wait = 5 + 2 * count * interval
+    echo = dst.popen([*PROBE, "echo", "--total", str(wait + 30)],
+                     text=True)
+    try:
+        if echo.stdout.readline().strip() != "ready":
+            raise SatbedError("UDP echo server did not start")
+        probe = [*PROBE, "rtt", str(dst.ip.ip)]
+        src.run([*probe, "--count", "1", "--wait", "5"], timeout=30)
+        cp = src.run([*probe, "--count", str(count), "--interval", str(interval)],
+                     timeout=wait + 30)
+    finally:
+        echo.kill()
+        echo.wait()
+    rtts = sorted(json.loads(cp.stdout.strip().splitlines()[-1])["rtt_ms"])
     if not rtts:
-        return {"error": "no ping replies"}
+        return {"error": "no echo replies"}
     return {"rtt_ms_avg": statistics.fmean(rtts), "rtt_ms_p50": rtts[len(rtts) // 2],
             "rtt_ms_p99": rtts[min(len(rtts) - 1, math.ceil(0.99 * len(rtts)) - 1)],
-            "rtt_ms_max": rtts[-1], "replies": len(rtts), "sent": count}
+            "rtt_ms_min": rtts[0], "rtt_ms_max": rtts[-1], "replies": len(rtts), "sent": count}
 
 
 def nuttcp_udp(src: Host, dst: Host, rate_bps: float, seconds: int) -> dict:
@@ -65,13 +82,13 @@ def nuttcp_udp(src: Host, dst: Host, rate_bps: float, seconds: int) -> dict:
 
 
 def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber: float) -> dict:
-    receiver = dst.popen(["/usr/bin/python3", "-m", "satbed.probe", "recv", "--port", "7700",
+    receiver = dst.popen([*PROBE, "recv", "--port", "7700",
                           "--idle", "3", "--total", str(count * frame * 8 / rate_bps + 60)],
-                         text=True, cwd=_repo())
+                         text=True)
     try:
         if receiver.stdout.readline().strip() != "ready":
             raise SatbedError("UDP probe receiver did not start")
-        src.run(["/usr/bin/python3", "-m", "satbed.probe", "send", str(dst.ip.ip), "--frame", str(frame),
+        src.run([*PROBE, "send", str(dst.ip.ip), "--frame", str(frame),
                  "--count", str(count), "--rate", str(rate_bps)],
                 timeout=count * frame * 8 / rate_bps + 60)
         out, _ = receiver.communicate(timeout=30)
@@ -86,11 +103,6 @@ def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber
     return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": measured,
             "per_expected": expected, "ci95": [max(0.0, expected - half), expected + half],
             "inside_ci95": expected - half <= measured <= expected + half}
-
-
-def _repo() -> str:
-    from satbed.proc import REPO_ROOT
-    return REPO_ROOT
 
 
 def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "globalhawk") -> dict:
@@ -109,20 +121,23 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
         rate = link.rate_bps
         out: dict = {"configured": {"rate_bps": rate, "rtt_ms": link.rtt_ms, "ber": link.a_to_b.ber},
                      "emulator": emu.backend}
-        idle = ping_stats(a, str(b.ip.ip), 100, 0.05)
+        idle = rtt_stats(a, b, 100, 0.05)
         out["rtt_idle"] = idle
         out.update({k: idle.get(k) for k in ("rtt_ms_avg", "rtt_ms_p99")})
         if rate:
             # Offered above ceil: the shaper, not the sender, sets the pace.
             udp = nuttcp_udp(a, b, (link.a_to_b.ceil_bps or rate) * 1.2, seconds)
             out.update(udp)
-            out["udp_wire_error"] = udp["udp_wire_bps"] / rate - 1
+            # Frames lost to bit errors never reach the receiver: compare
+            # against what the shaper sends times the share that survives.
+            out["udp_wire_expected_bps"] = rate * (1 - link.a_to_b.per(NUTTCP_PAYLOAD + HEADERS))
+            out["udp_wire_error"] = udp["udp_wire_bps"] / out["udp_wire_expected_bps"] - 1
             load = b.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
             loader = a.popen(["nuttcp", "-u", f"-T{seconds}", f"-l{NUTTCP_PAYLOAD}", f"-R{rate * 0.9 / 1000:.0f}",
                               str(b.ip.ip)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1)
-            out["rtt_loaded"] = ping_stats(a, str(b.ip.ip), int((seconds - 2) / 0.05), 0.05)
+            out["rtt_loaded"] = rtt_stats(a, b, int((seconds - 2) / 0.05), 0.05)
             loader.wait(timeout=seconds + 30)
             load.terminate()
             load.wait(timeout=5)

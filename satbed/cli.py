@@ -75,7 +75,8 @@ def cmd_check_link(args: argparse.Namespace) -> int:
     print(f"emulator backend: {out['emulator']}")
     if "udp_wire_bps" in out:
         print(f"rate: configured {cfg['rate_bps']:.0f} bit/s, UDP goodput {out['udp_goodput_bps']:.0f}, "
-              f"on the wire {out['udp_wire_bps']:.0f} ({100 * out['udp_wire_error']:+.2f}%)")
+              f"on the wire {out['udp_wire_bps']:.0f}, expected after bit errors "
+              f"{out['udp_wire_expected_bps']:.0f} ({100 * out['udp_wire_error']:+.2f}%)")
     print(f"RTT: configured {cfg['rtt_ms']:g} ms, idle avg {out['rtt_ms_avg']:.2f} p99 {out['rtt_ms_p99']:.2f}"
           + (f", loaded avg {out['rtt_loaded']['rtt_ms_avg']:.2f} p99 {out['rtt_loaded']['rtt_ms_p99']:.2f}"
              if "rtt_loaded" in out and "rtt_ms_avg" in out["rtt_loaded"] else ""))

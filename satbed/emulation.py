@@ -167,8 +167,11 @@ class Satemu(Emulator):
     """satemu on the Emulator's ports; control socket for mid-run changes."""
     backend = "userspace"
 
-    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str):
+    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False):
         super().__init__(node, cfg, run_dir)
+        # satemu bypasses the ports' qdiscs for speed, which hides the frames
+        # it sends from tcpdump on those ports; a WAN capture needs them.
+        self.captured = captured
         self.stats_dir = os.path.join(run_dir, "emulator")
         self.control = f"/run/satbed/{node.prefix}-satemu.sock"
         self.proc: subprocess.Popen | None = None
@@ -189,7 +192,8 @@ class Satemu(Emulator):
         log = open(os.path.join(self.stats_dir, "satemu.log"), "w", encoding="utf-8")
         a, b = self.node.ports
         self.proc = self.node.popen([binary, "-a", self.node.port(a).name, "-b", self.node.port(b).name,
-                                     "-config", conf, "-control", self.control, "-stats-dir", self.stats_dir],
+                                     "-config", conf, "-control", self.control, "-stats-dir", self.stats_dir,
+                                     *(["-no-qdisc-bypass"] if self.captured else [])],
                                     stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 10
@@ -319,7 +323,8 @@ def compile_direction(dev: str, d: Direction, seed: int, netem: bool) -> list[li
     return cmds
 
 
-def make(node: TransparentNode, cfg: LinkConfig, run_dir: str) -> Emulator:
+def make(node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False) -> Emulator:
     backend = choose_backend(cfg, node)
-    cls = {"userspace": Satemu, "tc": TcEmulator, "bridge": BridgeEmulator}[backend]
-    return cls(node, cfg, run_dir)
+    if backend == "userspace":
+        return Satemu(node, cfg, run_dir, captured)
+    return {"tc": TcEmulator, "bridge": BridgeEmulator}[backend](node, cfg, run_dir)

@@ -54,6 +54,49 @@ def recv(bind: str, port: int, idle: float, total: float) -> dict:
             "seconds": (last - first) if first is not None and last is not None else 0.0}
 
 
+def echo(bind: str, port: int, total: float) -> dict:
+    """Return every datagram to its sender, until `total` seconds pass."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((bind, port))
+    print("ready", flush=True)
+    deadline = time.monotonic() + total
+    n = 0
+    while time.monotonic() < deadline:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data, peer = s.recvfrom(65536)
+        except socket.timeout:
+            break
+        s.sendto(data, peer)
+        n += 1
+    return {"echoed": n}
+
+
+def rtt(dst: str, port: int, count: int, interval: float, wait: float) -> dict:
+    """RTT samples in ms at microsecond resolution (ping prints whole ms past 100 ms)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect((dst, port))
+    s.setblocking(False)
+    rtts: dict[int, float] = {}
+    start = time.monotonic()
+    sent = 0
+    end = start + count * interval + wait
+    while time.monotonic() < end and len(rtts) < count:
+        now = time.monotonic()
+        if sent < count and now >= start + sent * interval:
+            s.send(struct.pack("!Qd", sent, time.monotonic()))
+            sent += 1
+            continue
+        try:
+            data = s.recv(64)
+        except BlockingIOError:
+            time.sleep(0.0002)
+            continue
+        seq, t0 = struct.unpack("!Qd", data[:16])
+        rtts[seq] = (time.monotonic() - t0) * 1000
+    return {"sent": sent, "rtt_ms": [rtts[k] for k in sorted(rtts)]}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="satbed.probe")
     sub = p.add_subparsers(dest="mode", required=True)
@@ -68,11 +111,25 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--port", type=int, default=7700)
     r.add_argument("--idle", type=float, default=3.0, help="stop after this long without a datagram")
     r.add_argument("--total", type=float, default=120.0)
+    e = sub.add_parser("echo")
+    e.add_argument("--bind", default="0.0.0.0")
+    e.add_argument("--port", type=int, default=7701)
+    e.add_argument("--total", type=float, default=120.0)
+    t = sub.add_parser("rtt")
+    t.add_argument("dst")
+    t.add_argument("--port", type=int, default=7701)
+    t.add_argument("--count", type=int, default=100)
+    t.add_argument("--interval", type=float, default=0.05)
+    t.add_argument("--wait", type=float, default=5.0)
     a = p.parse_args(argv)
     if a.mode == "send":
         out = send(a.dst, a.port, a.frame, a.count, a.rate)
-    else:
+    elif a.mode == "recv":
         out = recv(a.bind, a.port, a.idle, a.total)
+    elif a.mode == "echo":
+        out = echo(a.bind, a.port, a.total)
+    else:
+        out = rtt(a.dst, a.port, a.count, a.interval, a.wait)
     print(json.dumps(out), flush=True)
     return 0
 

@@ -84,7 +84,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None) -> tuple[str, dict
         # The emulator backend decides whether its node gets a kernel bridge.
         tb.start(bridge_kinds=("pep", "bridge"))
         if tb.transparent("emulator"):
-            emu = emulation.make(tb.transparent("emulator")[0], cfg.link, run_dir)
+            emu = emulation.make(tb.transparent("emulator")[0], cfg.link, run_dir,
+                                 captured=cfg.captures != "none")
             emu.start()
         elif cfg.link.rtt_ms or cfg.link.a_to_b.ber:
             raise SatbedError(f"topology {spec.name} has no emulator node for --rtt/--ber")

@@ -1,0 +1,501 @@
+"""The Docker backend: testbed nodes as containers.
+
+A container node stands in for a namespace node (satbed.net.Sandbox):
+
+- it starts with `--network none`, so its network namespace is empty until
+  satbed wires veths into it exactly as for a namespace node (Link creates the
+  veth inside node a with the peer `netns <pid>` of node b);
+- `--pid host`, so every pid satbed records is a host pid, and `ip ... netns
+  <pid>` run inside one container finds the other container's process;
+- processes run in it through nsenter into its mount, UTS, IPC and network
+  namespaces: they see the image's filesystem (its PEP, its servers), but stay
+  host processes, so signals (SIGINT ends a capture cleanly), pid records and
+  `satbed clean` work as for namespace nodes. `docker exec` would not forward
+  signals;
+- the repository (read-only), the run directory and /run/satbed are
+  bind-mounted at the same paths, so the paths the runner writes and passes
+  (adapters, bin/, RUN/, control sockets) mean the same inside;
+- capabilities: Docker's default set plus NET_ADMIN and NET_RAW, never
+  --privileged; systempaths=unconfined makes /proc/sys writable, since the
+  PEP adapters set per-namespace sysctls.
+
+Images are built from the Dockerfiles in the repository by build_images()
+(`make images`, docker/build-images.sh), tagged with a hash of everything
+that goes into them, so an image is rebuilt only when an input changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from satbed import records
+from satbed.errors import SatbedError
+from satbed.net import SANDBOXES, Sandbox
+from satbed.proc import REPO_ROOT, last_line
+
+REPO = "satbed"                  # image repository prefix: satbed/<name>
+LABEL = "org.satbed"             # container and image label namespace
+BOOTSTRAP_TAG = "debian:bookworm-slim"
+DEBIAN_SOURCES = "/etc/apt/sources.list.d/debian.sources"
+# Capabilities beyond Docker's default set (which already has CHOWN, SETUID,
+# SETGID, SYS_CHROOT, NET_BIND_SERVICE, KILL... for sshd and vsftpd).
+CAPS = ("NET_ADMIN", "NET_RAW")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One image: its Dockerfile and the repository files its build needs
+    (the staged build context keeps their relative paths, so the same
+    Dockerfile also builds with the repository root as context)."""
+    name: str
+    dockerfile: str
+    files: tuple[str, ...]
+    parent: str | None = "base"             # another ImageSpec, or None for the Debian base
+    requires: tuple[str, ...] = ()           # files a lab must supply; absent: skipped
+    build_args: tuple[str, ...] = ()         # environment variables passed as --build-arg
+
+    @property
+    def repo(self) -> str:
+        return f"{REPO}/{self.name}"
+
+
+IMAGES: tuple[ImageSpec, ...] = (
+    ImageSpec("base", "docker/base/Dockerfile", ("docker/base/Dockerfile", "docker/base/apt", "docker/wait-ports.sh"), None),
+    ImageSpec("host", "clients/Dockerfile", ("clients/Dockerfile", "bin/saratoga")),
+    ImageSpec("emulator", "emulator/Dockerfile",
+              ("emulator/Dockerfile", "bin/satemu", "docker/emulator-entrypoint.sh")),
+    ImageSpec("pep-none", "pep/images/none/Dockerfile",
+              ("pep/images/none/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh")),
+    ImageSpec("pep-pepd", "pep/images/pepd/Dockerfile",
+              ("pep/images/pepd/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "bin/pepd")),
+    ImageSpec("pep-pepsal", "pep/images/pepsal/Dockerfile",
+              ("pep/images/pepsal/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh",
+               "pep/images/pepsal/pepsal"),
+              requires=("pep/images/pepsal/pepsal",), build_args=("PEPSAL_DEBS",)),
+    ImageSpec("pep-scps", "pep/images/scps/Dockerfile",
+              ("pep/images/scps/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh",
+               "pep/images/scps/gateway"),
+              requires=("pep/images/scps/gateway",), build_args=("SCPS_DEBS",)),
+)
+
+
+def spec(name: str) -> ImageSpec:
+    for s in IMAGES:
+        if s.name == name:
+            return s
+    raise SatbedError(f"unknown image {name!r} (known: {', '.join(s.name for s in IMAGES)})")
+
+
+# ---------------------------------------------------------------- docker CLI
+
+def docker(*args: str, timeout: float = 120, check: bool = True, input: str | None = None,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    try:
+        cp = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout,
+                            input=input, env=env)
+    except FileNotFoundError:
+        raise SatbedError("docker is not installed (the Docker backend needs docker)") from None
+    except subprocess.TimeoutExpired:
+        raise SatbedError(f"docker {args[0]} timed out after {timeout:g}s") from None
+    if check and cp.returncode != 0:
+        raise SatbedError(f"docker {' '.join(args[:2])} failed: {last_line(cp.stderr or cp.stdout)}")
+    return cp
+
+
+def available() -> str | None:
+    """None when the Docker daemon answers, else why not (for test skips)."""
+    if shutil.which("docker") is None:
+        return "docker is not installed"
+    try:
+        cp = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True,
+                            text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "the Docker daemon does not answer"
+    if cp.returncode != 0:
+        return f"the Docker daemon is unavailable: {last_line(cp.stderr)}"
+    return None
+
+
+def image_id(ref: str) -> str | None:
+    cp = docker("image", "inspect", "--format", "{{.Id}}", ref, check=False, timeout=30)
+    return cp.stdout.strip() if cp.returncode == 0 else None
+
+
+def image_labels(ref: str) -> dict[str, str]:
+    cp = docker("image", "inspect", "--format", "{{json .Config.Labels}}", ref, check=False, timeout=30)
+    if cp.returncode != 0:
+        return {}
+    return json.loads(cp.stdout or "null") or {}
+
+
+# ---------------------------------------------------------------- images
+
+def _host_apt(dest: str) -> None:
+    """The host's Debian mirror and apt settings, when the host runs bookworm:
+    images then install from the same mirror the host does (a lab mirror, a
+    frozen snapshot). Elsewhere the image keeps its own sources."""
+    os.makedirs(os.path.join(dest, "sources.list.d"), exist_ok=True)
+    os.makedirs(os.path.join(dest, "apt.conf.d"), exist_ok=True)
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            bookworm = "VERSION_CODENAME=bookworm" in f.read()
+    except OSError:
+        bookworm = False
+    if not bookworm or not os.path.exists(DEBIAN_SOURCES):
+        return
+    shutil.copy(DEBIAN_SOURCES, os.path.join(dest, "sources.list.d", "debian.sources"))
+    # Only the settings that decide whether the mirror's indexes are accepted.
+    cp = subprocess.run(["apt-config", "dump"], capture_output=True, text=True, timeout=10)
+    keep = [ln for ln in cp.stdout.splitlines()
+            if ln.startswith(("Acquire::Check-Valid-Until ", "Acquire::Check-Date "))]
+    if keep:
+        with open(os.path.join(dest, "apt.conf.d", "99satbed-host"), "w", encoding="utf-8") as f:
+            f.write("\n".join(keep) + "\n")
+
+
+def stage(s: ImageSpec, dest: str) -> None:
+    """Copy the files an image needs into a fresh build context."""
+    for rel in s.files:
+        src = os.path.join(REPO_ROOT, rel)
+        dst = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*_test.go"))
+        elif os.path.exists(src):
+            shutil.copy2(src, dst)
+        else:
+            hint = " (run `make build`)" if rel.startswith("bin/") else ""
+            raise SatbedError(f"image {s.repo}: missing {rel}{hint}")
+    if s.name == "base":
+        _host_apt(os.path.join(dest, "docker", "base", "apt"))
+
+
+def context_hash(ctx: str, parent_id: str, build_args: dict[str, str]) -> str:
+    """Hash of everything that decides an image: every staged file (path,
+    mode, contents), the parent image's id and the build arguments."""
+    h = hashlib.sha256()
+    h.update(f"parent {parent_id}\n".encode())
+    for k in sorted(build_args):
+        h.update(f"arg {k}={build_args[k]}\n".encode())
+    for root, dirs, files in os.walk(ctx):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, ctx)
+            h.update(f"file {rel} {os.stat(path).st_mode & 0o777:o}\n".encode())
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def bootstrap_debian(log=print) -> str:
+    """debian:bookworm-slim from the registry, or else built locally: a
+    minbase bookworm from the host's mirror with mmdebstrap, imported."""
+    if image_id(BOOTSTRAP_TAG):
+        return BOOTSTRAP_TAG
+    log(f"{BOOTSTRAP_TAG}: pulling")
+    if docker("pull", BOOTSTRAP_TAG, check=False, timeout=300).returncode == 0:
+        return BOOTSTRAP_TAG
+    if shutil.which("mmdebstrap") is None:
+        raise SatbedError(f"cannot pull {BOOTSTRAP_TAG} and mmdebstrap is not installed to build it "
+                          "(apt-get install mmdebstrap)")
+    mirror = host_mirror()
+    log(f"{BOOTSTRAP_TAG}: no registry; bootstrapping it with mmdebstrap from {mirror}")
+    lines = [f"deb {mirror} bookworm main", f"deb {mirror} bookworm-updates main"]
+    security = host_mirror(security=True)
+    if security:
+        lines.append(f"deb {security} bookworm-security main")
+    with tempfile.TemporaryDirectory(prefix="satbed-debian-") as tmp:
+        tar = os.path.join(tmp, "rootfs.tar")
+        cp = subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "--format=tar", "bookworm", tar,
+                             *lines], capture_output=True, text=True, timeout=1800)
+        if cp.returncode != 0:
+            raise SatbedError(f"mmdebstrap failed: {last_line(cp.stderr)}")
+        with open(tar, "rb") as f:
+            imp = subprocess.run(["docker", "import", "--change", 'CMD ["bash"]', "-", BOOTSTRAP_TAG],
+                                 stdin=f, capture_output=True, text=True, timeout=600)
+        if imp.returncode != 0:
+            raise SatbedError(f"docker import failed: {last_line(imp.stderr)}")
+    return BOOTSTRAP_TAG
+
+
+def host_mirror(security: bool = False) -> str | None:
+    """The Debian mirror the host's apt uses (deb822 sources first)."""
+    fallback = None if security else "http://deb.debian.org/debian"
+    try:
+        with open(DEBIAN_SOURCES, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return fallback
+    for stanza in text.split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            key, _, value = line.partition(":")
+            if line and not line.startswith(("#", " ")):
+                fields[key.strip()] = value.strip()
+        suites = fields.get("Suites", "").split()
+        if not fields.get("URIs"):
+            continue
+        if security == ("bookworm-security" in suites):
+            return fields["URIs"].split()[0]
+    return fallback
+
+
+def build_images(names: list[str] | None = None, log=print, force: bool = False) -> dict[str, str]:
+    """Build the images (all by default) whose inputs changed; returns
+    name -> tag (satbed/<name>:<hash>). Also tags each :latest. Images whose
+    lab-supplied binary is absent are skipped with a note."""
+    wanted = [spec(n) for n in names] if names else list(IMAGES)
+    # Parents first, and a requested child pulls in its parent.
+    order: list[ImageSpec] = []
+
+    def add(s: ImageSpec) -> None:
+        if s.parent:
+            add(spec(s.parent))
+        if s not in order:
+            order.append(s)
+    for s in wanted:
+        add(s)
+    built: dict[str, str] = {}
+    debian = None
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}   # the classic builder: no buildx needed
+    for s in order:
+        missing = [r for r in s.requires if not os.path.exists(os.path.join(REPO_ROOT, r))]
+        if missing:
+            log(f"{s.repo}: skipped, no {', '.join(missing)} (a lab supplies it: see docker/README.md)")
+            continue
+        if s.parent:
+            if s.parent not in built:
+                raise SatbedError(f"image {s.repo}: parent {REPO}/{s.parent} was not built")
+            parent_ref = built[s.parent]
+        else:
+            parent_ref = debian = debian or bootstrap_debian(log)
+        parent_id = image_id(parent_ref) or ""
+        args = {k: os.environ.get(k, "") for k in s.build_args}
+        with tempfile.TemporaryDirectory(prefix=f"satbed-{s.name}-") as ctx:
+            stage(s, ctx)
+            digest = context_hash(ctx, parent_id, args)
+            tag = f"{s.repo}:{digest}"
+            if image_id(tag) and not force:
+                log(f"{tag}: current")
+            else:
+                log(f"{tag}: building")
+                started = time.monotonic()
+                cmd = ["build", "-q", "-f", os.path.join(ctx, s.dockerfile), "-t", tag,
+                       "--label", f"{LABEL}.hash={digest}",
+                       "--build-arg", f"{'DEBIAN' if s.parent is None else 'BASE'}={parent_ref}"]
+                for k, v in args.items():
+                    cmd += ["--build-arg", f"{k}={v}"]
+                cp = docker(*cmd, ctx, timeout=3600, check=False, env=env)
+                if cp.returncode != 0:
+                    raise SatbedError(f"building {tag} failed: {last_line(cp.stderr or cp.stdout)}")
+                log(f"{tag}: built in {time.monotonic() - started:.0f} s")
+        docker("tag", tag, f"{s.repo}:latest")
+        built[s.name] = tag
+    return built
+
+
+def current_tag(name: str) -> str:
+    """The image a node of this kind runs: satbed/<name>:latest, as the last
+    `make images` tagged it."""
+    ref = f"{spec(name).repo}:latest"
+    if image_id(ref) is None:
+        s = spec(name)
+        if s.requires:
+            raise SatbedError(f"no image {ref}: place the lab's binary at {s.requires[0]} "
+                              "and run `make images` (docker/README.md)")
+        raise SatbedError(f"no image {ref}: run `make images`")
+    return ref
+
+
+def describe_images(refs: list[str]) -> dict:
+    """What environment.json records: each image's id (its content digest),
+    its input hash label and creation time."""
+    out = {}
+    for ref in sorted(set(refs)):
+        cp = docker("image", "inspect", "--format",
+                    "{{json .Id}} {{json .Created}} {{json .Config.Labels}} {{json .RepoDigests}}", ref,
+                    check=False, timeout=30)
+        if cp.returncode != 0:
+            out[ref] = {"error": last_line(cp.stderr)}
+            continue
+        dec = json.JSONDecoder()
+        text, vals = cp.stdout.strip(), []
+        while text:
+            v, end = dec.raw_decode(text)
+            vals.append(v)
+            text = text[end:].strip()
+        iid, created, labels, digests = vals
+        out[ref] = {"id": iid, "created": created, "input_hash": (labels or {}).get(f"{LABEL}.hash"),
+                    "repo_digests": digests or []}
+    return out
+
+
+def environment(refs: list[str]) -> dict:
+    server = docker("version", "--format", "{{.Server.Version}}", check=False, timeout=30).stdout.strip()
+    return {"backend": "docker", "server_version": server, "images": describe_images(refs)}
+
+
+# ---------------------------------------------------------------- nodes
+
+@dataclass(frozen=True)
+class Options:
+    """What a run tells its container nodes: which image each kind of node
+    runs, what to bind-mount, and the run record that lists the containers
+    for `satbed clean`."""
+    images: dict[str, str] = field(default_factory=dict)     # role -> image name (ImageSpec.name)
+    mounts: tuple[str, ...] = ()
+    record: records.RunRecord | None = None
+
+    def image_for(self, role: str) -> str:
+        default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base"}
+        return self.images.get(role) or default.get(role, "base")
+
+
+# Context-local (like decimal's context): set around Testbed.start() by the
+# runner, read by each DockerSandbox as it is created.
+_OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_docker_options", default=Options())
+
+
+@contextlib.contextmanager
+def options(pep: str | None = None, run_dir: str | None = None,
+            record: records.RunRecord | None = None, mounts: tuple[str, ...] = ()) -> Iterator[Options]:
+    images = {"pep": f"pep-{pep}"} if pep else {}
+    all_mounts = tuple(os.path.abspath(m) for m in ((run_dir,) if run_dir else ()) + tuple(mounts))
+    token = _OPTIONS.set(Options(images, all_mounts, record))
+    try:
+        yield _OPTIONS.get()
+    finally:
+        _OPTIONS.reset(token)
+
+
+def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str):
+    """The runner's hook: the Docker options for a run, or nothing for
+    other backends."""
+    if backend != "docker":
+        return contextlib.nullcontext()
+    return options(pep=pep, run_dir=run_dir, record=record)
+
+
+def extra_mounts() -> list[str]:
+    """SATBED_DOCKER_MOUNTS: more host directories a lab's clients need,
+    colon-separated, mounted read-write at the same paths."""
+    return [p for p in os.environ.get("SATBED_DOCKER_MOUNTS", "").split(":") if p]
+
+
+class DockerSandbox(Sandbox):
+    """A testbed node in a container (see the module docstring)."""
+
+    def __init__(self, full_name: str, role: str):
+        opts = _OPTIONS.get()
+        self.name = full_name
+        self.image = current_tag(opts.image_for(role))
+        prefix, _, node = full_name.partition("-")
+        if opts.record is not None:
+            # Recorded before it exists, so a run killed mid-start is cleaned too.
+            opts.record.containers.append(full_name)
+            opts.record.save()
+        args = ["run", "-d", "--name", full_name, "--hostname", node or full_name,
+                "--network", "none", "--pid", "host",
+                "--security-opt", "systempaths=unconfined",
+                "--label", f"{LABEL}.prefix={prefix}", "--label", f"{LABEL}.node={node}",
+                "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.owner={os.getpid()}"]
+        for cap in CAPS:
+            args += ["--cap-add", cap]
+        args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
+        for m in sorted(set(opts.mounts) | set(extra_mounts())):
+            os.makedirs(m, exist_ok=True)
+            args += ["-v", f"{m}:{m}"]
+        args += ["--entrypoint", "sleep", self.image, "infinity"]
+        docker(*args, timeout=120)
+        self.pid = self._wait_pid()
+
+    def _wait_pid(self) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            cp = docker("inspect", "--format", "{{.State.Pid}} {{.State.Status}}", self.name, check=False)
+            pid, _, status = cp.stdout.strip().partition(" ")
+            if cp.returncode == 0 and status == "running" and pid.isdigit() and int(pid) > 0:
+                return int(pid)
+            if status in ("exited", "dead"):
+                logs = docker("logs", "--tail", "5", self.name, check=False)
+                self.stop()
+                raise SatbedError(f"container {self.name} exited: {last_line(logs.stderr or logs.stdout)}")
+            time.sleep(0.1)
+        self.stop()
+        raise SatbedError(f"container {self.name} did not start in 30 s")
+
+    def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
+        # Relative paths mean what they mean to the caller when its working
+        # directory exists inside (it does whenever it is under a mount).
+        cwd = kwargs.pop("cwd", None) or os.getcwd()
+        wd = cwd if os.path.isdir(f"/proc/{self.pid}/root{cwd}") else "/"
+        return subprocess.Popen(["nsenter", "-t", str(self.pid), "-m", "-u", "-i", "-n", f"--wd={wd}",
+                                 "--", *args], **kwargs)
+
+    def stop(self) -> None:
+        docker("rm", "-f", self.name, check=False, timeout=60)
+
+
+SANDBOXES["docker"] = DockerSandbox
+
+
+def containers(prefix: str | None = None) -> list[str]:
+    """Names of satbed's containers (of one run, given its prefix)."""
+    flt = f"label={LABEL}.prefix" + (f"={prefix}" if prefix else "")
+    cp = docker("ps", "-a", "--filter", flt, "--format", "{{.Names}}", check=False, timeout=30)
+    return cp.stdout.split()
+
+
+def clean_orphans() -> list[str]:
+    """Remove containers labelled by satbed whose run has no live record
+    (a run killed before its record listed them)."""
+    if available() is not None:
+        return []
+    live = {r.prefix for r in records.load_all() if r.owner_alive()}
+    cp = docker("ps", "-a", "--filter", f"label={LABEL}.prefix",
+                "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL}.prefix"}}}}', check=False, timeout=30)
+    gone = []
+    for line in cp.stdout.splitlines():
+        name, _, prefix = line.partition(" ")
+        if prefix and prefix not in live:
+            docker("rm", "-f", name, check=False, timeout=60)
+            gone.append(name)
+    return gone
+
+
+def main(argv: list[str]) -> int:
+    """python3 -m satbed.docker images [NAME...] [--force]"""
+    if not argv or argv[0] != "images":
+        print("usage: python3 -m satbed.docker images [--force] [NAME...]", file=sys.stderr)
+        return 2
+    force = "--force" in argv
+    names = [a for a in argv[1:] if a != "--force"]
+    reason = available()
+    if reason:
+        print(f"satbed: error: {reason}", file=sys.stderr)
+        return 2
+    try:
+        started = time.monotonic()
+        built = build_images(names or None, force=force)
+        print(f"images ready in {time.monotonic() - started:.0f} s: {', '.join(built.values())}")
+    except SatbedError as e:
+        print(f"satbed: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
