@@ -80,6 +80,29 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
     st = spoofing_throughput(packets, data.src, data.dst) if packets else None
     if st is not None:
         d["spoofing_throughput"] = st.to_dict()
+    # The few numbers charts and tables need, already oriented along the data.
+    d["summary"] = {
+        "data_src": data.src,
+        "data_dst": data.dst,
+        "throughput_bps": data.throughput_bps,
+        "sender_view_bps": st.sender_bps if st else None,
+        "receiver_view_bps": st.receiver_bps if st else None,
+        "unique_bytes": data.unique_bytes,
+        "data_bytes": data.data_bytes,
+        "data_pkts": data.data_pkts,
+        "rexmt_bytes": data.rexmt_bytes,
+        "rexmt_pkts": data.rexmt_pkts,
+        "rtt_min_ms": data.rtt_min_ms,
+        "rtt_avg_ms": data.rtt_avg_ms,
+        "rtt_max_ms": data.rtt_max_ms,
+        "rtt_stdev_ms": data.rtt_stdev_ms,
+        "receiver_win_max": rev.win_max,
+        "receiver_win_avg": rev.win_avg,
+        "sack_blocks_seen": rev.sacks_sent,
+        "dup_acks": data.dup_acks,
+        "zero_window_probes": data.zwnd_probe_pkts,
+        "elapsed_s": conn.elapsed_s,
+    }
     return d
 
 
@@ -99,9 +122,10 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
     apply_csv_seconds(conns, tt.csv.read_text(errors="replace"))
     if tt.packets_seen == 0 or not conns:
         raise CaptureError(f"{pcap.name}: no TCP packets traced ({summary.records} records read)")
+    times = direction_times(summary.packets)
     for c in conns:
         for dm in (c.a2b, c.b2a):
-            dm.first_packet, dm.last_packet = direction_times(summary.packets, dm.src, dm.dst)
+            dm.first_packet, dm.last_packet = times.get((dm.src, dm.dst), (None, None))
         if c.syns is None:
             c.syns = (c.a2b.syn_pkts or 0) + (c.b2a.syn_pkts or 0)
             c.fins = (c.a2b.fin_pkts or 0) + (c.b2a.fin_pkts or 0)

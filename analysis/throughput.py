@@ -143,12 +143,20 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
     )
 
 
-def direction_times(packets: list[TcpPacket], src: str,
-                    dst: str) -> tuple[float | None, float | None]:
-    """First and last packet time for src -> dst."""
-    s = _split(src)
-    d = _split(dst)
-    times = [p.ts for p in packets if (p.src, p.sport) == s and (p.dst, p.dport) == d]
-    if not times:
-        return None, None
-    return min(times), max(times)
+def direction_times(packets: list[TcpPacket]) -> dict[tuple[str, str], tuple[float, float]]:
+    """First and last packet time per direction, keyed ("src:port", "dst:port").
+
+    One pass over the capture: captures with hundreds of connections are common.
+    """
+    times: dict[tuple[str, int, str, int], list[float]] = {}
+    for p in packets:
+        key = (p.src, p.sport, p.dst, p.dport)
+        t = times.get(key)
+        if t is None:
+            times[key] = [p.ts, p.ts]
+        else:
+            if p.ts < t[0]:
+                t[0] = p.ts
+            if p.ts > t[1]:
+                t[1] = p.ts
+    return {(f"{k[0]}:{k[1]}", f"{k[2]}:{k[3]}"): (v[0], v[1]) for k, v in times.items()}

@@ -27,6 +27,13 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     assert main["a2b"]["rtt_avg_ms"] == pytest.approx(expected["a2b"]["rtt_avg_ms"])
     assert main["sack_blocks_seen"] == expected["b2a"]["sack_pkts"]
     assert len(good["connection_list"]) == expected["connections"]
+    summ = main["summary"]
+    assert summ["data_src"] == main["a2b"]["src"]
+    assert summ["rexmt_pkts"] == expected["a2b"]["rexmt_pkts"]
+    assert summ["receiver_win_max"] == expected["b2a"]["max_win_adv"]
+    assert summ["sack_blocks_seen"] == expected["b2a"]["sack_pkts"]
+    assert summ["throughput_bps"] == 8 * expected["a2b"]["throughput_Bps"]
+    assert summ["sender_view_bps"] == main["spoofing_throughput"]["sender_bps"]
     assert "long.txt" in good["outputs"] and "long.csv" in good["outputs"]
     # Per-direction times come from the capture and bracket the connection.
     assert main["a2b"]["first_packet"] == pytest.approx(main["first_packet"], abs=1e-5)

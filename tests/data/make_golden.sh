@@ -16,7 +16,7 @@
 set -euo pipefail
 
 OUT=${1:-$(cd "$(dirname "$0")" && pwd)}
-SIZE=2000000
+SIZE=${SIZE:-2000000}  # bytes; override for a bigger stress capture
 PORT=5001
 TAG=g$(od -An -N2 -tx1 /dev/urandom | tr -d ' \n')
 NS_S=${TAG}s
