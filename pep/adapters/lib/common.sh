@@ -1,0 +1,42 @@
+# Helpers shared by PEP adapters (POSIX sh). See pep/CONTRACT.md.
+
+# die MESSAGE: the contract's one clear error line, then exit 1.
+die() {
+	echo "$ADAPTER_NAME: $*" >&2
+	exit 1
+}
+
+# require_env VAR...: fail naming the first unset variable.
+require_env() {
+	for _v in "$@"; do
+		eval "_val=\${$_v:-}"
+		[ -n "$_val" ] || die "environment variable $_v is not set"
+	done
+}
+
+# opt_get KEY DEFAULT: value of KEY in $SATBED_PEP_OPTS, else DEFAULT.
+opt_get() {
+	_res=$2
+	for _kv in ${SATBED_PEP_OPTS:-}; do
+		case $_kv in
+		"$1"=*) _res=${_kv#*=} ;;
+		esac
+	done
+	echo "$_res"
+}
+
+# pid_alive PIDFILE: true if the pid recorded in PIDFILE is running.
+pid_alive() {
+	[ -s "$1" ] || return 1
+	_pid=$(cat "$1")
+	[ -n "$_pid" ] && kill -0 "$_pid" 2>/dev/null
+}
+
+# nap: a short sleep where fractional seconds are supported.
+nap() { sleep 0.1 2>/dev/null || sleep 1; }
+
+# zero_stats NAME SPLITTING: the contract's stats object for a PEP that has
+# not split anything (yet).
+zero_stats() {
+	printf '{"name":"%s","connections_split":0,"connections_active":0,"bytes_lan_to_wan":0,"bytes_wan_to_lan":0,"splitting":%s,"running":false}\n' "$1" "$2"
+}

@@ -1,0 +1,133 @@
+# Transparent split-TCP interception on an IP-less Linux bridge, shared by
+# the PEP adapters (POSIX sh; needs ip and nft only). Source this file, then
+# call intercept_setup / intercept_teardown inside the PEP's namespace.
+#
+# How a frame reaches the proxy (MISSION.md section 4):
+#  1. bridge prerouting: TCP frames from a port are marked and rewritten to
+#     the bridge's own MAC with pkttype host, so the bridge hands them to
+#     the IP stack instead of forwarding them.
+#  2. ip prerouting: packets of sockets the proxy already owns (transparent
+#     sockets) get fwmark bit 1; a SYN from a port with interception on is
+#     sent to the proxy's TPROXY port, also with bit 1.
+#  3. fwmark 1/1 -> table 100 -> "local 0.0.0.0/0 dev lo": delivered locally
+#     whatever the destination address. (1/1, not 1: the TPROXY mark is
+#     OR-ed into the port mark.)
+#  4. Everything else (a TCP flow the proxy does not own, e.g. while it
+#     refuses new connections) is routed back out of the bridge unsplit,
+#     hence ip_forward=1 and no ICMP redirects.
+#
+# Variables (set before calling, defaults in brackets):
+#   INTERCEPT_TABLE   nft table name in the bridge and ip families [satbed_pep]
+#   INTERCEPT_RTABLE  routing table for the local route [100]
+#   INTERCEPT_SAVE    file to remember sysctl values and routes we changed
+#                     [$SATBED_STATE_DIR/intercept.saved]
+#
+# intercept_setup BRIDGE LAN WAN LAN_PORT [WAN_PORT]
+#   SYNs arriving on LAN go to TPROXY port LAN_PORT (mark 2); SYNs arriving
+#   on WAN go to WAN_PORT (mark 4) if given, else are not intercepted (a
+#   one-directional PEP such as PEPsal). Other TCP frames from both ports
+#   go to the IP stack so replies reach the proxy's sockets. Prints one
+#   error line and returns non-zero on failure (after undoing itself).
+# intercept_teardown BRIDGE
+#   Removes everything setup added and restores the saved sysctls.
+#   Idempotent.
+
+INTERCEPT_TABLE=${INTERCEPT_TABLE:-satbed_pep}
+INTERCEPT_RTABLE=${INTERCEPT_RTABLE:-100}
+INTERCEPT_SAVE=${INTERCEPT_SAVE:-${SATBED_STATE_DIR:-/tmp}/intercept.saved}
+# A metric nobody else uses marks the on-link route as ours for teardown.
+INTERCEPT_METRIC=4242
+
+_icpt_err() { echo "$*" >&2; }
+
+_icpt_mac() {
+	ip -o link show dev "$1" 2>/dev/null | sed -n 's/.*link\/ether \([0-9a-fA-F:]*\).*/\1/p'
+}
+
+# _icpt_sysctl PATH VALUE: set a /proc/sys value, remembering the old one.
+_icpt_sysctl() {
+	[ -w "$1" ] || return 0
+	old=$(cat "$1" 2>/dev/null) || return 0
+	if ! grep -q "^sysctl $1 " "$INTERCEPT_SAVE" 2>/dev/null; then
+		echo "sysctl $1 $old" >>"$INTERCEPT_SAVE"
+	fi
+	echo "$2" >"$1"
+}
+
+intercept_setup() {
+	br=$1 lan=$2 wan=$3 lport=$4 wport=${5:-}
+	for tool in ip nft; do
+		command -v "$tool" >/dev/null 2>&1 || { _icpt_err "intercept: required tool '$tool' not found in PATH"; return 1; }
+	done
+	for dev in "$br" "$lan" "$wan"; do
+		ip link show dev "$dev" >/dev/null 2>&1 || { _icpt_err "intercept: interface '$dev' not found"; return 1; }
+	done
+	mac=$(_icpt_mac "$br")
+	[ -n "$mac" ] || { _icpt_err "intercept: cannot read MAC address of bridge '$br'"; return 1; }
+	: >>"$INTERCEPT_SAVE" || { _icpt_err "intercept: cannot write $INTERCEPT_SAVE"; return 1; }
+
+	# Frames the bridge hands up must not also be fed to iptables as
+	# bridged traffic, or TPROXY would see them twice.
+	_icpt_sysctl /proc/sys/net/bridge/bridge-nf-call-iptables 0
+	_icpt_sysctl /proc/sys/net/ipv4/ip_forward 1
+	_icpt_sysctl /proc/sys/net/ipv4/conf/all/send_redirects 0
+	_icpt_sysctl "/proc/sys/net/ipv4/conf/$br/send_redirects" 0
+
+	if [ -n "$wport" ]; then
+		wan_rule="iifname \"$wan\" ip protocol tcp meta mark set 4 meta pkttype set host ether daddr set $mac"
+		wan_tproxy="meta mark & 4 == 4 tcp flags & (syn|ack) == syn tproxy to :$wport meta mark set meta mark | 1 accept"
+	else
+		wan_rule="iifname \"$wan\" ip protocol tcp meta pkttype set host ether daddr set $mac"
+		wan_tproxy=""
+	fi
+	if ! nft -f - <<EOF
+table bridge $INTERCEPT_TABLE {
+	chain prerouting {
+		type filter hook prerouting priority -300; policy accept;
+		iifname "$lan" ip protocol tcp meta mark set 2 meta pkttype set host ether daddr set $mac
+		$wan_rule
+	}
+}
+table ip $INTERCEPT_TABLE {
+	chain prerouting {
+		type filter hook prerouting priority -150; policy accept;
+		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 accept
+		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 accept
+		$wan_tproxy
+	}
+}
+EOF
+	then
+		_icpt_err "intercept: nft rejected the interception rules (kernel without nft tproxy/socket support?)"
+		intercept_teardown "$br"
+		return 1
+	fi
+
+	if ! ip rule show | grep -q "fwmark 0x1/0x1 lookup $INTERCEPT_RTABLE"; then
+		ip rule add fwmark 1/1 lookup "$INTERCEPT_RTABLE" || { _icpt_err "intercept: ip rule add fwmark 1/1 lookup $INTERCEPT_RTABLE failed"; intercept_teardown "$br"; return 1; }
+	fi
+	ip route replace local 0.0.0.0/0 dev lo table "$INTERCEPT_RTABLE" ||
+		{ _icpt_err "intercept: cannot add local route to table $INTERCEPT_RTABLE"; intercept_teardown "$br"; return 1; }
+	ip link set dev "$br" up
+	# The bridge has no address; an on-link default route lets the proxy
+	# reach both end hosts (any subnet) through it.
+	ip route replace default dev "$br" metric "$INTERCEPT_METRIC" ||
+		{ _icpt_err "intercept: cannot add on-link route via $br"; intercept_teardown "$br"; return 1; }
+	return 0
+}
+
+intercept_teardown() {
+	br=$1
+	nft delete table bridge "$INTERCEPT_TABLE" 2>/dev/null
+	nft delete table ip "$INTERCEPT_TABLE" 2>/dev/null
+	while ip rule del fwmark 1/1 lookup "$INTERCEPT_RTABLE" 2>/dev/null; do :; done
+	ip route del local 0.0.0.0/0 dev lo table "$INTERCEPT_RTABLE" 2>/dev/null
+	ip route del default dev "$br" metric "$INTERCEPT_METRIC" 2>/dev/null
+	if [ -f "$INTERCEPT_SAVE" ]; then
+		while read -r kind path val; do
+			[ "$kind" = sysctl ] && [ -w "$path" ] && echo "$val" >"$path"
+		done <"$INTERCEPT_SAVE"
+		rm -f "$INTERCEPT_SAVE"
+	fi
+	return 0
+}

@@ -1,0 +1,132 @@
+// Command pepd is satbed's transparent split-TCP PEP daemon. It is
+// normally started by pep/adapters/pepd inside a PEP node's network
+// namespace, after the adapter has set up TPROXY interception.
+//
+// Flags default to the SATBED_* environment of the PEP adapter contract
+// (see pep/CONTRACT.md). Bad options print one line and exit 2.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"satbed/pep/options"
+	"satbed/pep/server"
+	"satbed/pep/tune"
+)
+
+type config struct {
+	opts     options.Options
+	rateBps  int64
+	rttMs    float64
+	stateDir string
+	role     string
+	name     string
+	check    bool
+	ccFile   string
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// parseArgs turns flags and environment into a config; every error is a
+// single line fit for the adapter to pass on.
+func parseArgs(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("pepd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	optStr := fs.String("opts", os.Getenv("SATBED_PEP_OPTS"), "space-separated key=value options")
+	rate := fs.String("rate-bps", envOr("SATBED_RATE_BPS", "0"), "bottleneck rate in bit/s (WAN buffer sizing)")
+	rtt := fs.String("rtt-ms", envOr("SATBED_RTT_MS", "0"), "round-trip time in ms (WAN buffer sizing)")
+	fs.StringVar(&c.stateDir, "state-dir", envOr("SATBED_STATE_DIR", "."), "directory for stats.json, conns.jsonl, pepd.ready")
+	fs.StringVar(&c.role, "role", os.Getenv("SATBED_PEP_ROLE"), "a or b (recorded in stats)")
+	fs.StringVar(&c.name, "name", "pepd", "name reported in stats")
+	fs.BoolVar(&c.check, "check", false, "validate options, print the resolved configuration and exit")
+	fs.StringVar(&c.ccFile, "cc-file", tune.CCProcFile, "where the kernel lists available congestion controls")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, fmt.Errorf("usage: pepd [-opts 'k=v ...'] [-rate-bps N] [-rtt-ms N] [-state-dir DIR] [-role a|b] [-check]; options: %s",
+				strings.Join(options.Keys(), " "))
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if c.rateBps, err = strconv.ParseInt(*rate, 10, 64); err != nil || c.rateBps < 0 {
+		return c, fmt.Errorf("rate %q: want bit/s as a non-negative integer", *rate)
+	}
+	if c.rttMs, err = strconv.ParseFloat(*rtt, 64); err != nil || c.rttMs < 0 || c.rttMs > 1e6 {
+		return c, fmt.Errorf("rtt %q: want milliseconds as a non-negative number", *rtt)
+	}
+	if c.role != "" && c.role != "a" && c.role != "b" {
+		return c, fmt.Errorf("role %q: want a or b", c.role)
+	}
+	if c.opts, err = options.Parse(*optStr); err != nil {
+		return c, err
+	}
+	avail, err := tune.AvailableCC(c.ccFile)
+	if err != nil {
+		return c, err
+	}
+	for _, cc := range []string{c.opts.CC, c.opts.LanCC} {
+		if err := tune.CheckCC(cc, avail); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// legs derives the socket options of the two legs. Only the WAN leg gets
+// a BDP-sized buffer: the LAN side has a tiny RTT and autotunes well.
+func legs(c config) (wan, lan tune.Leg) {
+	o := c.opts
+	wan = tune.Leg{CC: o.CC, MSS: o.MSS, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.WanBuf}
+	if wan.Buf == 0 {
+		wan.Buf = tune.BDPBuffer(c.rateBps, c.rttMs, o.BufferFactor)
+	}
+	lan = tune.Leg{CC: o.LanCC, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.LanBuf}
+	return wan, lan
+}
+
+func main() {
+	c, err := parseArgs(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
+		os.Exit(2)
+	}
+	wan, lan := legs(c)
+	if c.check {
+		fmt.Printf("ok ports=%d,%d wan_buf=%d lan_buf=%d cc=%q lan_cc=%q\n",
+			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC)
+		return
+	}
+	srv, err := server.New(server.Config{
+		Name: c.name, Role: c.role, Opts: c.opts, WAN: wan, LAN: lan, StateDir: c.stateDir,
+		Log: log.New(os.Stderr, "pepd: ", log.LstdFlags|log.Lmicroseconds),
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
+		os.Exit(1)
+	}
+}

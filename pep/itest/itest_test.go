@@ -1,0 +1,503 @@
+// Package itest runs pepd and the PEP adapters in real network namespaces:
+// clientA - pepA - [pepB] - clientB, all bridges without IP addresses.
+// It needs root and skips otherwise.
+package itest
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"satbed/pep/internal/netns"
+)
+
+var binDir string // holds the pepd built for this test run
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("itest: skipping, needs root for network namespaces")
+		os.Exit(0)
+	}
+	for _, tool := range []string{"ip", "nft", "ethtool"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			fmt.Printf("itest: skipping, %s not found\n", tool)
+			os.Exit(0)
+		}
+	}
+	dir, err := os.MkdirTemp("", "pepd-itest-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "pepd"), "satbed/pep/cmd/pepd").CombinedOutput()
+	if err != nil {
+		fmt.Printf("itest: building pepd: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func adapterPath(name string) string {
+	p, err := filepath.Abs(filepath.Join("..", "adapters", name))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+type bed struct {
+	chain *netns.Chain
+	nodes []*netns.PEPNode
+}
+
+// newBed builds a chain with one PEP per adapter name and starts them.
+func newBed(t *testing.T, opts string, adapters ...string) *bed {
+	t.Helper()
+	chain, err := netns.New(len(adapters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bed{chain: chain}
+	t.Cleanup(func() {
+		for _, n := range b.nodes {
+			if _, stderr, err := n.Call("stop"); err != nil {
+				t.Errorf("stop %s: %v: %s", n.NS, err, stderr)
+			}
+			n.Kill()
+		}
+		chain.Close()
+	})
+	for i, name := range adapters {
+		n := &netns.PEPNode{
+			NS: chain.PEPs[i], Adapter: adapterPath(name), StateDir: t.TempDir(),
+			Role: string(rune('a' + i)), BinDir: binDir, RateBps: 100_000_000, RTTms: 10,
+		}
+		if name != "none" {
+			n.Opts = opts
+		}
+		if _, stderr, err := n.Call("start"); err != nil {
+			t.Fatalf("start %s in %s: %v: %s", name, n.NS, err, stderr)
+		}
+		b.nodes = append(b.nodes, n)
+	}
+	return b
+}
+
+// listen opens a server socket on client B.
+func (b *bed) listen(t *testing.T, port int) *net.TCPListener {
+	t.Helper()
+	var ln *net.TCPListener
+	err := netns.Do(b.chain.ClientB, func() error {
+		l, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrB), Port: port})
+		ln = l
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// dial connects from client A to client B.
+func (b *bed) dial(t *testing.T, port int) (*net.TCPConn, error) {
+	t.Helper()
+	var c *net.TCPConn
+	err := netns.Do(b.chain.ClientA, func() error {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		conn, err := d.Dial("tcp4", net.JoinHostPort(netns.AddrB, fmt.Sprint(port)))
+		if err != nil {
+			return err
+		}
+		c = conn.(*net.TCPConn)
+		return nil
+	})
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+type snapshot struct {
+	Name              string `json:"name"`
+	ConnectionsSplit  int64  `json:"connections_split"`
+	ConnectionsActive int64  `json:"connections_active"`
+	BytesLanToWan     int64  `json:"bytes_lan_to_wan"`
+	BytesWanToLan     int64  `json:"bytes_wan_to_lan"`
+	Splitting         bool   `json:"splitting"`
+	ResetsPropagated  int64  `json:"resets_propagated"`
+	ConnectFailed     int64  `json:"connections_connect_failed"`
+}
+
+func stats(t *testing.T, n *netns.PEPNode) snapshot {
+	t.Helper()
+	out, stderr, err := n.Call("stats")
+	if err != nil {
+		t.Fatalf("stats: %v: %s", err, stderr)
+	}
+	var s snapshot
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("stats output %q: %v", out, err)
+	}
+	return s
+}
+
+// waitStats polls the adapter's stats until ok accepts them.
+func waitStats(t *testing.T, n *netns.PEPNode, what string, ok func(snapshot) bool) snapshot {
+	t.Helper()
+	var s snapshot
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if s = stats(t, n); ok(s) {
+			return s
+		}
+	}
+	t.Fatalf("%s: stats never showed %s: %+v", n.NS, what, s)
+	return s
+}
+
+const testOpts = "stats_interval=0.2 drain_timeout=2"
+
+// bulk sends size random bytes A->B and checks the SHA-256 and that the
+// server sees the client's own address and port.
+func bulk(t *testing.T, b *bed, size int) {
+	t.Helper()
+	ln := b.listen(t, 5001)
+	type result struct {
+		sum    [32]byte
+		remote *net.TCPAddr
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			res <- result{err: err}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		_, err = io.Copy(h, c)
+		var r result
+		copy(r.sum[:], h.Sum(nil))
+		r.remote, r.err = c.RemoteAddr().(*net.TCPAddr), err
+		c.Write(r.sum[:])
+		res <- r
+	}()
+	data := make([]byte, size)
+	rand.Read(data)
+	c, err := b.dial(t, 5001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := c.LocalAddr().(*net.TCPAddr)
+	if _, err := c.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	c.CloseWrite()
+	echo, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	want := sha256.Sum256(data)
+	if r.sum != want || string(echo) != string(want[:]) {
+		t.Fatal("SHA-256 mismatch: transfer corrupted")
+	}
+	if !r.remote.IP.Equal(net.ParseIP(netns.AddrA)) || r.remote.Port != local.Port {
+		t.Fatalf("server saw %v, want the client's own %v", r.remote, local)
+	}
+}
+
+func TestSplitTransferOnePEP(t *testing.T) {
+	b := newBed(t, testOpts, "pepd")
+	bulk(t, b, 32<<20)
+	s := waitStats(t, b.nodes[0], "one split connection with all bytes", func(s snapshot) bool {
+		return s.ConnectionsSplit == 1 && s.ConnectionsActive == 0 && s.BytesLanToWan == 32<<20 && s.BytesWanToLan == 32
+	})
+	if !s.Splitting || s.Name != "pepd" {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestSplitTransferTwoPEPs(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	bulk(t, b, 32<<20)
+	// PEP A split it on its LAN side; PEP B intercepted PEP A's upstream
+	// SYN on its WAN side, so for B the bytes flow WAN -> LAN.
+	waitStats(t, b.nodes[0], "split at PEP A", func(s snapshot) bool {
+		return s.ConnectionsSplit == 1 && s.BytesLanToWan == 32<<20
+	})
+	waitStats(t, b.nodes[1], "split at PEP B", func(s snapshot) bool {
+		return s.ConnectionsSplit == 1 && s.BytesWanToLan == 32<<20
+	})
+}
+
+// TestReverseDirection: a connection opened from the aircraft side (B)
+// is split too.
+func TestReverseDirection(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	var ln *net.TCPListener
+	if err := netns.Do(b.chain.ClientA, func() (err error) {
+		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrA), Port: 2222})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	var c net.Conn
+	if err := netns.Do(b.chain.ClientB, func() (err error) {
+		c, err = net.DialTimeout("tcp4", netns.AddrA+":2222", 5*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte("from the aircraft")
+	c.Write(msg)
+	c.(*net.TCPConn).CloseWrite()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != string(msg) {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	waitStats(t, b.nodes[1], "split at PEP B (LAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
+	waitStats(t, b.nodes[0], "split at PEP A (WAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
+}
+
+func TestHalfCloseTwoPEPs(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	ln := b.listen(t, 5002)
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer c.Close()
+		req, err := io.ReadAll(c) // returns at the client's FIN
+		if err != nil {
+			done <- err
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+		_, err = c.Write(append([]byte("reply to "), req...))
+		done <- err
+	}()
+	c, err := b.dial(t, 5002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("question"))
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "reply to question" {
+		t.Fatalf("client got %q, %v", got, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// readUntilErr reads until an error; a clean EOF is followed by a write
+// that must then fail.
+func readUntilErr(c *net.TCPConn) error {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	if err == nil {
+		time.Sleep(200 * time.Millisecond)
+		_, err = c.Write([]byte("x"))
+	}
+	return err
+}
+
+func TestResetPropagatesTwoPEPs(t *testing.T) {
+	for _, who := range []string{"server", "client"} {
+		t.Run(who+" resets", func(t *testing.T) {
+			b := newBed(t, testOpts, "pepd", "pepd")
+			ln := b.listen(t, 5003)
+			srv := make(chan *net.TCPConn, 1)
+			go func() {
+				c, err := ln.AcceptTCP()
+				if err != nil {
+					srv <- nil
+					return
+				}
+				buf := make([]byte, 5)
+				io.ReadFull(c, buf)
+				srv <- c
+			}()
+			c, err := b.dial(t, 5003)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Write([]byte("hello"))
+			s := <-srv
+			if s == nil {
+				t.Fatal("accept failed")
+			}
+			defer s.Close()
+			victim, aborter := c, s
+			if who == "client" {
+				victim, aborter = s, c
+			}
+			start := time.Now()
+			aborter.SetLinger(0)
+			aborter.Close()
+			if err := readUntilErr(victim); !isReset(err) {
+				t.Fatalf("want reset at the other end, got %v", err)
+			}
+			t.Logf("reset reached the other end after %v", time.Since(start))
+			for _, n := range b.nodes {
+				waitStats(t, n, "a propagated reset", func(s snapshot) bool { return s.ResetsPropagated == 1 })
+			}
+		})
+	}
+}
+
+// TestRefusedUpstream: no server on the port; the client must get a reset
+// quickly, not a connection that hangs.
+func TestRefusedUpstream(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	start := time.Now()
+	c, err := b.dial(t, 5999)
+	if err == nil {
+		err = readUntilErr(c)
+	}
+	took := time.Since(start)
+	if !isReset(err) && !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("want reset or refusal, got %v", err)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("reset took %v", took)
+	}
+	t.Logf("client saw %v after %v", err, took)
+	// PEP B's upstream was refused; it reset PEP A's upstream leg, and
+	// PEP A passed the reset on to the client.
+	waitStats(t, b.nodes[1], "a failed upstream connect", func(s snapshot) bool { return s.ConnectFailed == 1 })
+	waitStats(t, b.nodes[0], "a propagated reset", func(s snapshot) bool { return s.ResetsPropagated == 1 })
+}
+
+func TestNonePassesTraffic(t *testing.T) {
+	b := newBed(t, "", "none", "none")
+	bulk(t, b, 4<<20)
+	for _, n := range b.nodes {
+		if s := stats(t, n); s.Splitting || s.ConnectionsSplit != 0 || s.Name != "none" {
+			t.Fatalf("none stats %+v", s)
+		}
+	}
+}
+
+// ruleState captures everything interception touches in a namespace.
+func ruleState(t *testing.T, ns string) string {
+	t.Helper()
+	var parts []string
+	for _, cmd := range [][]string{
+		{"nft", "list", "ruleset"},
+		{"ip", "rule", "show"},
+		{"ip", "route", "show", "table", "all"},
+		{"cat", "/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv4/conf/all/send_redirects"},
+	} {
+		out, err := netns.Exec(ns, cmd...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, out)
+	}
+	return strings.Join(parts, "\n--\n")
+}
+
+func TestStopLeavesNoRules(t *testing.T) {
+	chain, err := netns.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chain.Close()
+	n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath("pepd"), StateDir: t.TempDir(), Role: "a", BinDir: binDir, Opts: testOpts}
+	defer n.Kill()
+	before := ruleState(t, n.NS)
+	if _, stderr, err := n.Call("start"); err != nil {
+		t.Fatalf("start: %v: %s", err, stderr)
+	}
+	if out, _, err := n.Call("health"); err != nil {
+		t.Fatalf("health after start: %v: %s", err, out)
+	}
+	if during := ruleState(t, n.NS); during == before {
+		t.Fatal("start installed no rules")
+	}
+	for i := 0; i < 2; i++ { // stop is idempotent
+		if _, stderr, err := n.Call("stop"); err != nil {
+			t.Fatalf("stop #%d: %v: %s", i+1, err, stderr)
+		}
+	}
+	if after := ruleState(t, n.NS); after != before {
+		t.Fatalf("rules left after stop:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if _, _, err := n.Call("health"); err == nil {
+		t.Fatal("health succeeds after stop")
+	}
+	if s := stats(t, n); s.Name != "pepd" {
+		t.Fatalf("stats after stop: %+v", s)
+	}
+}
+
+// TestStartErrors: bad configuration gives exactly one clear line.
+func TestStartErrors(t *testing.T) {
+	chain, err := netns.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chain.Close()
+	tests := []struct {
+		name, adapter, opts, bin, want string
+	}{
+		{"unknown option", "pepd", "bogus=1", binDir, `unknown option "bogus"`},
+		{"unknown cc", "pepd", "cc=nosuchcc", binDir, `congestion control "nosuchcc" not offered`},
+		{"missing binary", "pepd", "", "/nonexistent/bin", "/nonexistent/bin/pepd"},
+		{"none with options", "none", "cc=cubic", binDir, "unknown option 'cc'"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath(tt.adapter), StateDir: t.TempDir(), BinDir: tt.bin, Opts: tt.opts, Role: "a"}
+			defer n.Call("stop")
+			_, stderr, err := n.Call("start")
+			if err == nil {
+				t.Fatal("start succeeded")
+			}
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
+				t.Fatalf("stderr %q: want one line containing %q", stderr, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,238 @@
+// Package options parses the PEP option string handed to pepd through
+// SATBED_PEP_OPTS: space-separated key=value pairs such as
+// "cc=cubic buffer_factor=2 max_conns=20000 overflow=passthrough".
+package options
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Overflow policies for connections beyond MaxConns.
+const (
+	OverflowPassthrough = "passthrough"
+	OverflowRefuse      = "refuse"
+)
+
+// Options is the complete pepd configuration that can be set from the
+// option string. Zero values of the optional knobs mean "leave the kernel
+// default alone".
+type Options struct {
+	Port             int           // TPROXY port for SYNs from the LAN port; Port+1 takes SYNs from the WAN port
+	CC               string        // congestion control of WAN-facing sockets ("" = kernel default)
+	LanCC            string        // congestion control of LAN-facing sockets ("" = kernel default)
+	BufferFactor     float64       // WAN socket buffer = rate x RTT x factor
+	WanBuf           int           // explicit WAN socket buffer in bytes, overrides the BDP rule
+	LanBuf           int           // explicit LAN socket buffer in bytes (0 = autotuning)
+	MaxConns         int           // split connections allowed at once
+	Overflow         string        // passthrough or refuse
+	NoDelay          bool          // TCP_NODELAY on both legs
+	QuickAck         bool          // TCP_QUICKACK on both legs
+	MSS              int           // TCP_MAXSEG on WAN-facing sockets (0 = kernel default)
+	PipeBytes        int           // splice pipe size: the only data pepd itself holds per active direction
+	ConnectTimeout   time.Duration // upstream connect bound; on expiry the client is reset
+	IdleTimeout      time.Duration // reset a connection idle this long (0 = never)
+	HalfCloseTimeout time.Duration // reset a half-closed connection idle this long (0 = never)
+	DrainTimeout     time.Duration // how long SIGTERM waits for connections to finish
+	StatsInterval    time.Duration // stats file refresh period
+	ConnLog          bool          // write one JSON line per finished connection
+}
+
+// Defaults returns the options used when a key is not given.
+func Defaults() Options {
+	return Options{
+		Port:             5100,
+		BufferFactor:     2,
+		MaxConns:         20000,
+		Overflow:         OverflowPassthrough,
+		NoDelay:          true,
+		PipeBytes:        65536,
+		ConnectTimeout:   10 * time.Second,
+		HalfCloseTimeout: 300 * time.Second,
+		DrainTimeout:     10 * time.Second,
+		StatsInterval:    time.Second,
+		ConnLog:          true,
+	}
+}
+
+type setter func(o *Options, v string) error
+
+var keys = map[string]setter{
+	"port": func(o *Options, v string) error {
+		return intRange(v, 1, 65534, &o.Port)
+	},
+	"cc":     func(o *Options, v string) error { return ccName(v, &o.CC) },
+	"lan_cc": func(o *Options, v string) error { return ccName(v, &o.LanCC) },
+	"buffer_factor": func(o *Options, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || f <= 0 || f > 64 {
+			return fmt.Errorf("want a number in (0, 64], got %q", v)
+		}
+		o.BufferFactor = f
+		return nil
+	},
+	"wan_buf":   func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.WanBuf) },
+	"lan_buf":   func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.LanBuf) },
+	"max_conns": func(o *Options, v string) error { return intRange(v, 1, 1000000, &o.MaxConns) },
+	"overflow": func(o *Options, v string) error {
+		if v != OverflowPassthrough && v != OverflowRefuse {
+			return fmt.Errorf("want %s or %s, got %q", OverflowPassthrough, OverflowRefuse, v)
+		}
+		o.Overflow = v
+		return nil
+	},
+	"nodelay":  func(o *Options, v string) error { return boolean(v, &o.NoDelay) },
+	"quickack": func(o *Options, v string) error { return boolean(v, &o.QuickAck) },
+	"mss": func(o *Options, v string) error {
+		if err := intRange(v, 0, 65495, &o.MSS); err != nil {
+			return err
+		}
+		if o.MSS != 0 && o.MSS < 88 {
+			return fmt.Errorf("want 0 or 88..65495, got %q", v)
+		}
+		return nil
+	},
+	"pipe_bytes":         func(o *Options, v string) error { return intRange(v, 4096, 1<<20, &o.PipeBytes) },
+	"connect_timeout":    func(o *Options, v string) error { return duration(v, false, &o.ConnectTimeout) },
+	"idle_timeout":       func(o *Options, v string) error { return duration(v, true, &o.IdleTimeout) },
+	"half_close_timeout": func(o *Options, v string) error { return duration(v, true, &o.HalfCloseTimeout) },
+	"drain_timeout":      func(o *Options, v string) error { return duration(v, true, &o.DrainTimeout) },
+	"stats_interval": func(o *Options, v string) error {
+		if err := duration(v, false, &o.StatsInterval); err != nil {
+			return err
+		}
+		if o.StatsInterval < 100*time.Millisecond {
+			return fmt.Errorf("want at least 100ms, got %q", v)
+		}
+		return nil
+	},
+	"conn_log": func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+}
+
+// Keys lists the accepted option names, sorted.
+func Keys() []string {
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Parse reads an option string on top of Defaults. Every error names the
+// offending option so it can be shown to the user as one line.
+func Parse(s string) (Options, error) {
+	o := Defaults()
+	seen := map[string]bool{}
+	for _, field := range strings.Fields(s) {
+		k, v, ok := strings.Cut(field, "=")
+		if !ok || k == "" {
+			return o, fmt.Errorf("option %q: want key=value", field)
+		}
+		set, known := keys[k]
+		if !known {
+			return o, fmt.Errorf("unknown option %q (known: %s)", k, strings.Join(Keys(), " "))
+		}
+		if seen[k] {
+			return o, fmt.Errorf("option %q given twice", k)
+		}
+		seen[k] = true
+		if err := set(&o, v); err != nil {
+			return o, fmt.Errorf("option %s: %w", k, err)
+		}
+	}
+	return o, nil
+}
+
+// Map renders the options as a flat map for the stats file, so a result
+// always records the configuration that produced it.
+func (o Options) Map() map[string]string {
+	return map[string]string{
+		"port":               strconv.Itoa(o.Port),
+		"cc":                 o.CC,
+		"lan_cc":             o.LanCC,
+		"buffer_factor":      strconv.FormatFloat(o.BufferFactor, 'g', -1, 64),
+		"wan_buf":            strconv.Itoa(o.WanBuf),
+		"lan_buf":            strconv.Itoa(o.LanBuf),
+		"max_conns":          strconv.Itoa(o.MaxConns),
+		"overflow":           o.Overflow,
+		"nodelay":            boolString(o.NoDelay),
+		"quickack":           boolString(o.QuickAck),
+		"mss":                strconv.Itoa(o.MSS),
+		"pipe_bytes":         strconv.Itoa(o.PipeBytes),
+		"connect_timeout":    o.ConnectTimeout.String(),
+		"idle_timeout":       o.IdleTimeout.String(),
+		"half_close_timeout": o.HalfCloseTimeout.String(),
+		"drain_timeout":      o.DrainTimeout.String(),
+		"stats_interval":     o.StatsInterval.String(),
+		"conn_log":           boolString(o.ConnLog),
+	}
+}
+
+func boolString(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func intRange(v string, lo, hi int, dst *int) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return fmt.Errorf("want an integer in %d..%d, got %q", lo, hi, v)
+	}
+	*dst = n
+	return nil
+}
+
+func boolean(v string, dst *bool) error {
+	switch v {
+	case "1", "true", "yes", "on":
+		*dst = true
+	case "0", "false", "no", "off":
+		*dst = false
+	default:
+		return fmt.Errorf("want 0 or 1, got %q", v)
+	}
+	return nil
+}
+
+// duration accepts Go durations ("1500ms", "2m") or plain seconds ("30").
+func duration(v string, zeroOK bool, dst *time.Duration) error {
+	var d time.Duration
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if math.IsNaN(f) || f < 0 || f > 1e6 {
+			return fmt.Errorf("want a duration, got %q", v)
+		}
+		d = time.Duration(f * float64(time.Second))
+	} else {
+		d, err = time.ParseDuration(v)
+		if err != nil || d < 0 || d > 1e6*time.Second {
+			return fmt.Errorf("want a duration such as 30s, got %q", v)
+		}
+	}
+	if d == 0 && !zeroOK {
+		return fmt.Errorf("want a positive duration, got %q", v)
+	}
+	*dst = d
+	return nil
+}
+
+// ccName checks only the shape of a congestion control name; whether the
+// kernel offers it is checked by package tune at startup.
+func ccName(v string, dst *string) error {
+	if v == "" || len(v) > 15 {
+		return fmt.Errorf("want a congestion control name, got %q", v)
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Errorf("want a congestion control name, got %q", v)
+		}
+	}
+	*dst = v
+	return nil
+}

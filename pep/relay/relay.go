@@ -1,0 +1,239 @@
+// Package relay moves bytes between the two legs of a split TCP
+// connection with splice(2), propagating half-closes (FIN) and resets
+// (RST) from each side to the other.
+//
+// Backpressure: each direction splices at most one pipe's worth from its
+// source, then blocks until all of it is written to the destination. While
+// the destination's send buffer is full nothing more is read, the source
+// socket's receive buffer fills and its advertised window closes, so the
+// sender is slowed instead of data piling up in the PEP.
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reasons a pair finished.
+const (
+	ReasonClosed = "closed" // both directions ended with FIN
+	ReasonResetA = "reset_by_a"
+	ReasonResetB = "reset_by_b"
+	ReasonErrorA = "error_a"
+	ReasonErrorB = "error_b"
+)
+
+// Pair relays between A (the accepted, client-facing socket) and B (the
+// upstream socket pepd dialled).
+type Pair struct {
+	A, B *net.TCPConn
+	pool *PipePool
+
+	aToB, bToA   atomic.Int64
+	lastActive   atomic.Int64 // unix nanoseconds of the last byte moved
+	halfClosedAt atomic.Int64 // unix nanoseconds when the first direction ended, 0 if none
+	halvesDone   atomic.Int32
+
+	endOnce sync.Once
+	reason  string
+	err     error
+}
+
+// NewPair prepares a relay between a and b using pipes from pool.
+func NewPair(a, b *net.TCPConn, pool *PipePool) *Pair {
+	p := &Pair{A: a, B: b, pool: pool}
+	p.lastActive.Store(time.Now().UnixNano())
+	return p
+}
+
+// Bytes returns the bytes delivered A->B and B->A so far.
+func (p *Pair) Bytes() (aToB, bToA int64) { return p.aToB.Load(), p.bToA.Load() }
+
+// LastActive is when the relay last moved data.
+func (p *Pair) LastActive() time.Time { return time.Unix(0, p.lastActive.Load()) }
+
+// HalfClosed reports whether one direction has ended with a FIN, and when.
+func (p *Pair) HalfClosed() (time.Time, bool) {
+	ns := p.halfClosedAt.Load()
+	return time.Unix(0, ns), ns != 0
+}
+
+// Run relays until both directions end or the pair is aborted, and
+// returns why it ended. It closes both sockets.
+func (p *Pair) Run() (reason string, err error) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.half(p.A, p.B, &p.aToB, ReasonResetA, ReasonResetB, ReasonErrorA, ReasonErrorB)
+	}()
+	p.half(p.B, p.A, &p.bToA, ReasonResetB, ReasonResetA, ReasonErrorB, ReasonErrorA)
+	wg.Wait()
+	return p.reason, p.err
+}
+
+// Abort ends the pair with a reset on both sides (SO_LINGER 0 then close),
+// so neither end host is left with a connection that silently hangs.
+func (p *Pair) Abort(reason string, err error) {
+	p.endOnce.Do(func() {
+		p.reason, p.err = reason, err
+		p.A.SetLinger(0)
+		p.B.SetLinger(0)
+		p.A.Close()
+		p.B.Close()
+	})
+}
+
+// finish closes both sockets normally once both directions saw a FIN.
+func (p *Pair) finish() {
+	p.endOnce.Do(func() {
+		p.reason = ReasonClosed
+		p.A.Close()
+		p.B.Close()
+	})
+}
+
+func (p *Pair) half(src, dst *net.TCPConn, n *atomic.Int64, resetSrc, resetDst, errSrc, errDst string) {
+	rerr, werr := p.copy(src, dst, n)
+	switch {
+	case rerr == nil && werr == nil:
+		// FIN from src: pass it on as a FIN to dst and keep the other
+		// direction running (half-close).
+		if err := dst.CloseWrite(); err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				p.Abort(resetDst, fmt.Errorf("shutdown: %w", err))
+			}
+			return
+		}
+		if p.halvesDone.Add(1) == 2 {
+			p.finish()
+			return
+		}
+		p.halfClosedAt.CompareAndSwap(0, time.Now().UnixNano())
+		p.watch(src, resetSrc, errSrc)
+	case rerr != nil:
+		p.fail(rerr, resetSrc, errSrc)
+	default:
+		p.fail(werr, resetDst, errDst)
+	}
+}
+
+func (p *Pair) fail(err error, resetReason, errReason string) {
+	if errors.Is(err, net.ErrClosed) {
+		return // the pair was already ended by the other direction or by Abort
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		p.Abort(resetReason, err)
+		return
+	}
+	p.Abort(errReason, err)
+}
+
+// copy splices src into dst until EOF (both errors nil), a read error or a
+// write error.
+func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr error) {
+	srcRC, err := src.SyscallConn()
+	if err != nil {
+		return err, nil
+	}
+	dstRC, err := dst.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var pipe *Pipe
+	defer func() {
+		if pipe != nil {
+			p.pool.Put(pipe)
+		}
+	}()
+	max := p.pool.Size()
+	for {
+		var got int64
+		var serr error
+		err := srcRC.Read(func(fd uintptr) bool {
+			if pipe == nil {
+				if pipe, serr = p.pool.Get(); serr != nil {
+					return true
+				}
+			}
+			for {
+				got, serr = unix.Splice(int(fd), nil, pipe.w, nil, max, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+				if serr != unix.EINTR {
+					break
+				}
+			}
+			if serr == unix.EAGAIN {
+				// Source drained and the pipe is empty: give the pipe
+				// back while waiting, so idle connections hold none.
+				p.pool.Put(pipe)
+				pipe = nil
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			return err, nil
+		}
+		if serr != nil {
+			return fmt.Errorf("splice from socket: %w", serr), nil
+		}
+		if got == 0 {
+			return nil, nil
+		}
+		for left := int(got); left > 0; {
+			var wrote int64
+			var werr error
+			err := dstRC.Write(func(fd uintptr) bool {
+				for {
+					wrote, werr = unix.Splice(pipe.r, nil, int(fd), nil, left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
+					if werr != unix.EINTR {
+						break
+					}
+				}
+				return werr != unix.EAGAIN
+			})
+			if err == nil && werr != nil {
+				err = fmt.Errorf("splice to socket: %w", werr)
+			}
+			if err != nil {
+				p.pool.Discard(pipe)
+				pipe = nil
+				return nil, err
+			}
+			left -= int(wrote)
+			n.Add(wrote)
+		}
+		p.lastActive.Store(time.Now().UnixNano())
+	}
+}
+
+// watch waits on a socket whose read side has ended, to notice a reset
+// that arrives later (the peer may abort after its FIN while the other
+// direction is still running). It returns when the pair ends.
+func (p *Pair) watch(c *net.TCPConn, resetReason, errReason string) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	var soErr int
+	err = rc.Read(func(fd uintptr) bool {
+		v, gerr := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		if gerr != nil {
+			soErr = int(unix.EBADF)
+			return true
+		}
+		soErr = v
+		return v != 0
+	})
+	if err != nil {
+		return // closed by finish or Abort
+	}
+	p.fail(syscall.Errno(soErr), resetReason, errReason)
+}

@@ -1,0 +1,133 @@
+// Package stats defines pepd's statistics files: stats.json, a snapshot
+// rewritten atomically every interval and on exit, and conns.jsonl, one
+// JSON object per finished connection.
+package stats
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Snapshot is the content of stats.json. The first fields are the ones
+// the PEP adapter contract requires of every PEP.
+type Snapshot struct {
+	Name              string `json:"name"`
+	ConnectionsSplit  int64  `json:"connections_split"`
+	ConnectionsActive int64  `json:"connections_active"`
+	BytesLanToWan     int64  `json:"bytes_lan_to_wan"`
+	BytesWanToLan     int64  `json:"bytes_wan_to_lan"`
+	Splitting         bool   `json:"splitting"`
+
+	Role                   string            `json:"role"`
+	PID                    int               `json:"pid"`
+	Running                bool              `json:"running"`
+	Listening              bool              `json:"listening"`
+	Updated                string            `json:"updated"`
+	UptimeS                float64           `json:"uptime_s"`
+	ConnectionsAccepted    int64             `json:"connections_accepted"`
+	ConnectionsFailed      int64             `json:"connections_connect_failed"`
+	ConnectionsRefused     int64             `json:"connections_refused_overflow"`
+	OverflowPauses         int64             `json:"overflow_pauses"`
+	ResetsPropagated       int64             `json:"resets_propagated"`
+	TimeoutsIdle           int64             `json:"timeouts_idle"`
+	TimeoutsHalfClose      int64             `json:"timeouts_half_close"`
+	AbortedAtShutdown      int64             `json:"aborted_at_shutdown"`
+	WanBufferBytes         int               `json:"wan_buffer_bytes"`
+	LanBufferBytes         int               `json:"lan_buffer_bytes"`
+	ListenPorts            []int             `json:"listen_ports"`
+	Options                map[string]string `json:"options"`
+	ConnectionsHighWater   int64             `json:"connections_high_water"`
+	PipeBytesPerDirection  int               `json:"pipe_bytes_per_direction"`
+	ConnectionLogPath      string            `json:"connection_log,omitempty"`
+	ConnectionLogDropped   int64             `json:"connection_log_errors"`
+	ConnectionsOverCeiling int64             `json:"connections_over_max"`
+}
+
+// Record is one line of conns.jsonl.
+type Record struct {
+	ID            uint64  `json:"id"`
+	Side          string  `json:"syn_from"` // "lan" or "wan": the PEP port the client's SYN arrived on
+	Client        string  `json:"client"`
+	Server        string  `json:"server"`
+	Upstream      string  `json:"upstream_local,omitempty"`
+	Start         string  `json:"start"`
+	DurationS     float64 `json:"duration_s"`
+	BytesLanToWan int64   `json:"bytes_lan_to_wan"`
+	BytesWanToLan int64   `json:"bytes_wan_to_lan"`
+	Result        string  `json:"result"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// WriteAtomic writes v as JSON to path via a temporary file and rename,
+// so readers never see a half-written file.
+func WriteAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".stats-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := tmp.Write(append(b, '\n'))
+	cerr := tmp.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	return nil
+}
+
+// ConnLog appends Records as JSON lines through a buffer that is flushed
+// by Flush (pepd calls it every stats interval) and Close.
+type ConnLog struct {
+	mu  sync.Mutex
+	f   *os.File
+	w   *bufio.Writer
+	enc *json.Encoder
+}
+
+// OpenConnLog opens path for appending.
+func OpenConnLog(path string) (*ConnLog, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open connection log: %w", err)
+	}
+	w := bufio.NewWriterSize(f, 64<<10)
+	return &ConnLog{f: f, w: w, enc: json.NewEncoder(w)}, nil
+}
+
+// Add appends one record.
+func (l *ConnLog) Add(r Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.enc.Encode(r)
+}
+
+// Flush pushes buffered records to the file.
+func (l *ConnLog) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Flush()
+}
+
+// Close flushes and closes the file.
+func (l *ConnLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.w.Flush()
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
