@@ -191,16 +191,22 @@ class Run:
     # Servers -------------------------------------------------------------
 
     def server(self, node: Node, label: str, args: list[str], port: int, proto: str = "tcp",
-               wait: float = SERVER_START_S, **popen) -> subprocess.Popen:
-        """Start a server in a node and wait, bounded, until its port listens."""
+               wait: float = SERVER_START_S, stdout: str | None = None, **popen) -> subprocess.Popen:
+        """Start a server in a node and wait, bounded, until its port listens.
+        Its output goes to RUN/logs/<client>-<label>.txt; stdout: a file for
+        its standard output instead (a receiver streaming the payload)."""
         out_path = self.ctx.path("logs", f"{self.name}-{label}.txt")
         out = open(out_path, "a", encoding="utf-8")
-        out.write(f"$ {shlex.join(args)}\n")
+        out.write(f"$ {shlex.join(args)}" + (f" > {stdout}" if stdout else "") + "\n")
         out.flush()
+        data = open(stdout, "wb") if stdout else None
         try:
-            proc = node.popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, **popen)
+            proc = node.popen(args, stdin=subprocess.DEVNULL, stdout=data or out,
+                              stderr=out if data else subprocess.STDOUT, **popen)
         finally:
             out.close()
+            if data:
+                data.close()
         self.servers.append((label, node, proc))
         where = f"{_ip(node)}:{port}/{proto}"
         deadline = time.monotonic() + wait
@@ -215,6 +221,14 @@ class Run:
                 raise SatbedError(f"{self.name}: {label} did not start listening on {where} within "
                                   f"{wait:g} s (see {os.path.relpath(out_path, self.ctx.run_dir)})")
             time.sleep(0.05)
+
+    def wait_exit(self, proc: subprocess.Popen, label: str, timeout: float) -> int:
+        """Wait, bounded, for a server that ends by itself (a one-shot receiver)."""
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise SatbedError(f"{self.name}: transfer stalled: {label} did not finish within "
+                              f"{timeout:.0f} s after the sender did") from None
 
     def stop_servers(self) -> None:
         for label, node, proc in reversed(self.servers):
