@@ -20,9 +20,10 @@ import (
 
 // Port sends and receives whole Ethernet frames. Read blocks until a frame
 // arrives or the read deadline passes; SetReadDeadline(past) must wake it.
-// Read may return 0, nil (no frame).
+// Read may return n = 0 (no frame); age is how long ago the frame really
+// arrived (0 if unknown).
 type Port interface {
-	Read(b []byte) (int, error)
+	Read(b []byte) (n int, age time.Duration, err error)
 	Write(b []byte) error
 	SetReadDeadline(t time.Time) error
 }
@@ -53,9 +54,10 @@ type Clock func() time.Duration
 type Dir struct {
 	Name string
 
-	mu  sync.Mutex // guards pl and raw
-	pl  *link.Pipeline
-	raw config.Direction
+	mu          sync.Mutex // guards pl, raw and lastArrival
+	pl          *link.Pipeline
+	raw         config.Direction
+	lastArrival time.Duration
 
 	dl                  *delayLine
 	framesOut, bytesOut atomic.Uint64
@@ -64,8 +66,21 @@ type Dir struct {
 	in                  Port
 }
 
+// Options tune the transmit loops.
+type Options struct {
+	// Spin is how long before a frame's departure time the transmit loop
+	// stops sleeping and busy-waits. Wake-ups from sleep are tens of
+	// microseconds to milliseconds late (more in VMs), so spinning buys
+	// precision with CPU time. 0 disables spinning.
+	Spin time.Duration
+	// RTPriority, if > 0, runs the transmit threads under SCHED_FIFO at that
+	// priority so other load cannot delay departures.
+	RTPriority int
+}
+
 // Bridge is the running emulator.
 type Bridge struct {
+	opts  Options
 	clock Clock
 	Seed  uint64
 	dirs  [2]*Dir
@@ -75,8 +90,8 @@ type Bridge struct {
 // New builds the pipelines from a validated configuration. seed is the
 // PRNG seed actually used; each direction gets its own stream.
 // a and bp are the ports facing the ground and the aircraft.
-func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port) (*Bridge, error) {
-	b := &Bridge{clock: clock, Seed: seed}
+func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port, opts Options) (*Bridge, error) {
+	b := &Bridge{clock: clock, Seed: seed, opts: opts}
 	b.pool.New = func() any { s := make([]byte, poolBufSize); return &s }
 	for i, d := range []struct {
 		name string
@@ -144,7 +159,7 @@ func (b *Bridge) putBuf(p *[]byte) {
 func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 	scratch := make([]byte, readBufSize)
 	for ctx.Err() == nil {
-		n, err := in.Read(scratch)
+		n, age, err := in.Read(scratch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -154,8 +169,12 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 		if n == 0 {
 			continue
 		}
-		now := b.clock()
+		now := b.clock() - age
 		d.mu.Lock()
+		// Kernel timestamps of consecutive reads may step back by
+		// microseconds; the pipeline needs non-decreasing time.
+		now = max(now, d.lastArrival)
+		d.lastArrival = now
 		v := d.pl.Arrive(now, n)
 		d.mu.Unlock()
 		if v.Cause != link.None {
@@ -175,6 +194,12 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	if b.opts.RTPriority > 0 {
+		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(b.opts.RTPriority)}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			return fmt.Errorf("%s: SCHED_FIFO: %w", d.Name, err)
+		}
+	}
 	batch := make([]frame, 0, txBatch)
 	for ctx.Err() == nil {
 		due, ok := d.dl.front()
@@ -186,17 +211,20 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 			}
 			continue
 		}
-		if !sleepUntil(ctx, b.clock, due) {
+		if !sleepUntil(ctx, b.clock, due, b.opts.Spin) {
 			return nil
 		}
 		batch = d.dl.popDue(b.clock(), batch[:0], txBatch)
 		for _, f := range batch {
+			// Lateness is taken when the send starts: on a veth the send
+			// call also runs the receiver's stack, which is not link delay.
+			late := b.clock() - f.due
 			if err := out.Write((*f.buf)[:f.n]); err != nil {
 				d.txErrors.Add(1)
 			} else {
 				d.framesOut.Add(1)
 				d.bytesOut.Add(uint64(f.n))
-				d.late.add(b.clock() - f.due)
+				d.late.add(late)
 			}
 			b.putBuf(f.buf)
 		}
@@ -204,9 +232,11 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	return nil
 }
 
-// sleepUntil blocks until clock() >= due, in slices of at most 50 ms so
-// cancellation is noticed; it returns false if ctx ended first.
-func sleepUntil(ctx context.Context, clock Clock, due time.Duration) bool {
+// sleepUntil blocks until clock() >= due: nanosleep (an hrtimer, unlike Go
+// timers which round to about a millisecond when the runtime is idle) in
+// slices of at most 50 ms so cancellation is noticed, then a busy-wait for
+// the last spin. It returns false if ctx ended first.
+func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) bool {
 	for {
 		if ctx.Err() != nil {
 			return false
@@ -215,7 +245,12 @@ func sleepUntil(ctx context.Context, clock Clock, due time.Duration) bool {
 		if rem <= 0 {
 			return true
 		}
-		rem = min(rem, 50*time.Millisecond)
+		if rem <= spin {
+			for clock() < due {
+			}
+			return true
+		}
+		rem = min(rem-spin, 50*time.Millisecond)
 		ts := unix.NsecToTimespec(rem.Nanoseconds())
 		_ = unix.Nanosleep(&ts, nil)
 	}

@@ -41,6 +41,11 @@ type Socket struct {
 	drops     uint64 // accumulated PACKET_STATISTICS drops (the kernel resets on read)
 	truncated atomic.Uint64
 	closeOnce sync.Once
+
+	// recvmsg state, used by the single reader.
+	iov  unix.Iovec
+	msg  unix.Msghdr
+	cmsg [64]byte
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -85,6 +90,11 @@ func Open(name string, o Options) (*Socket, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, o.SndBuf); err != nil {
 		return fail("SO_SNDBUFFORCE", err)
 	}
+	// Kernel receive timestamps let the emulator measure delay from when a
+	// frame arrived, not from when the reader got round to it.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		return fail("SO_TIMESTAMPNS", err)
+	}
 	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sll); err != nil {
 		return fail("bind", err)
@@ -104,18 +114,21 @@ func Open(name string, o Options) (*Socket, error) {
 }
 
 // Read receives one frame into b, waiting until one arrives or the read
-// deadline passes (then it returns 0 and an error satisfying
-// errors.Is(err, os.ErrDeadlineExceeded)). A frame larger than b is dropped
-// and counted (see Truncated).
-func (s *Socket) Read(b []byte) (int, error) {
-	var n int
+// deadline passes (then it returns an error satisfying
+// errors.Is(err, os.ErrDeadlineExceeded)). age is how long ago the kernel
+// received the frame (0 if unknown). A frame larger than b is dropped and
+// counted (see Truncated).
+func (s *Socket) Read(b []byte) (n int, age time.Duration, err error) {
 	var rerr error
-	err := s.rc.Read(func(fd uintptr) bool {
+	err = s.rc.Read(func(fd uintptr) bool {
 		for {
+			s.iov.Base = &b[0]
+			s.iov.SetLen(len(b))
+			s.msg = unix.Msghdr{Iov: &s.iov, Iovlen: 1, Control: &s.cmsg[0]}
+			s.msg.SetControllen(len(s.cmsg))
 			// MSG_TRUNC makes the kernel report the real length of a frame
 			// that did not fit.
-			r, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd,
-				uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_TRUNC, 0, 0)
+			r, _, errno := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&s.msg)), unix.MSG_TRUNC)
 			switch errno {
 			case 0:
 				if int(r) > len(b) {
@@ -123,6 +136,7 @@ func (s *Socket) Read(b []byte) (int, error) {
 					continue
 				}
 				n = int(r)
+				age = s.age()
 				return true
 			case unix.EINTR:
 				continue
@@ -138,9 +152,29 @@ func (s *Socket) Read(b []byte) (int, error) {
 		err = rerr
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: recv: %w", s.Name, err)
+		return 0, 0, fmt.Errorf("%s: recv: %w", s.Name, err)
 	}
-	return n, nil
+	return n, age, nil
+}
+
+// age extracts the SCM_TIMESTAMPNS control message of the last recvmsg and
+// returns how long ago it was (CLOCK_REALTIME).
+func (s *Socket) age() time.Duration {
+	cl := int(s.msg.Controllen)
+	if cl < unix.SizeofCmsghdr+16 || cl > len(s.cmsg) {
+		return 0
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&s.cmsg[0]))
+	if h.Level != unix.SOL_SOCKET || h.Type != unix.SCM_TIMESTAMPNS {
+		return 0
+	}
+	ts := (*unix.Timespec)(unsafe.Pointer(&s.cmsg[unix.SizeofCmsghdr]))
+	age := time.Since(time.Unix(ts.Sec, ts.Nsec))
+	// Guard against wall-clock steps: an implausible age is ignored.
+	if age < 0 || age > time.Second {
+		return 0
+	}
+	return age
 }
 
 // SetReadDeadline bounds the wait of current and future Reads.

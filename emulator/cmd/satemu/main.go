@@ -48,6 +48,7 @@ func main() {
 type options struct {
 	a, b, cfg, ctl, statsDir string
 	noBypass                 bool
+	spinUs, rtPrio           int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -60,6 +61,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ctl, "control", "", "unix control socket path (optional)")
 	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
+	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
+	fs.IntVar(&o.rtPrio, "rt-priority", 0, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off)")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
@@ -68,6 +71,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.a == "" || o.b == "" || o.cfg == "" {
 		return o, usageError{errors.New("-a, -b and -config are required")}
+	}
+	if o.spinUs < 0 || o.spinUs > 100000 || o.rtPrio < 0 || o.rtPrio > 99 {
+		return o, usageError{errors.New("-spin-us must be in [0,100000] and -rt-priority in [0,99]")}
 	}
 	if o.a == o.b {
 		return o, usageError{errors.New("-a and -b must differ")}
@@ -144,7 +150,8 @@ func run(args []string, stderr io.Writer) error {
 
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
-	br, err := bridge.New(cfg, seed, clock, pa, pb)
+	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
+		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio})
 	if err != nil {
 		return usageError{err}
 	}

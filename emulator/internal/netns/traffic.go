@@ -223,9 +223,9 @@ type Satemu struct {
 	stderr   *os.File
 }
 
-// StartSatemu writes cfg to dir, starts bin in the emulator namespace and
-// waits until the control socket answers.
-func (c *Chain) StartSatemu(bin, dir string, cfg []byte) (*Satemu, error) {
+// StartSatemu writes cfg to dir, starts bin (with extra flags) in the
+// emulator namespace and waits until the control socket answers.
+func (c *Chain) StartSatemu(bin, dir string, cfg []byte, extra ...string) (*Satemu, error) {
 	cfgPath := filepath.Join(dir, "satemu.json")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return nil, err
@@ -236,8 +236,9 @@ func (c *Chain) StartSatemu(bin, dir string, cfg []byte) (*Satemu, error) {
 		return nil, err
 	}
 	s.stderr = errf
-	s.Cmd = Command(c.Emulator, bin, "-a", c.EmuA, "-b", c.EmuB, "-config", cfgPath,
-		"-control", s.Control, "-stats-dir", s.StatsDir)
+	args := append([]string{"-a", c.EmuA, "-b", c.EmuB, "-config", cfgPath,
+		"-control", s.Control, "-stats-dir", s.StatsDir}, extra...)
+	s.Cmd = Command(c.Emulator, bin, args...)
 	s.Cmd.Stdout, s.Cmd.Stderr = errf, errf
 	if err := s.Cmd.Start(); err != nil {
 		errf.Close()
