@@ -57,8 +57,8 @@ def cmd_cli(args: argparse.Namespace) -> int:
     from mininet.log import setLogLevel
 
     from satbed import topology
-    from satbed.testbed import testbed
-    with testbed(topology.load(args.topology)) as tb:
+    from satbed.testbed import running
+    with running(topology.load(args.topology)) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
         setLogLevel("output")     # the CLI prints through Mininet's log
         CLI(tb.mininet())

@@ -116,7 +116,7 @@ class Testbed:
 
 
 @contextmanager
-def testbed(spec: TopologySpec, **start_kwargs) -> Iterator[Testbed]:
+def running(spec: TopologySpec, **start_kwargs) -> Iterator[Testbed]:
     tb = Testbed(spec)
     try:
         yield tb.start(**start_kwargs)

@@ -74,8 +74,8 @@ def test_htb_shapes_for_real():
 def test_tc_backend_without_netem_says_so(tmp_path):
     from satbed import topology
     from satbed.emulation import TcEmulator, netem_available
-    from satbed.testbed import testbed
-    with testbed(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
+    from satbed.testbed import running
+    with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
         node = tb.transparent("emulator")[0]
         if netem_available(node):
             pytest.skip("this kernel has netem")

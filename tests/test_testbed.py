@@ -16,8 +16,8 @@ pytestmark = needs_root
 
 
 def test_client_a_pings_client_b_across_three_transparent_nodes(globalhawk):
-    from satbed.testbed import testbed
-    with testbed(globalhawk) as tb:
+    from satbed.testbed import running
+    with running(globalhawk) as tb:
         out = tb.host("clientA").run(["ping", "-n", "-c", "3", "-i", "0.2", "10.99.99.254"]).stdout
         assert "3 received" in out
         # Bridges forward frames; a router would have decremented the TTL.

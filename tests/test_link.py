@@ -1,0 +1,68 @@
+"""The userspace emulator on the live testbed: RTT, rate, outage and loss as
+configured. Fidelity figures (p99 error, capacity) are the benchmark's job;
+these bounds only catch a broken link."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+
+from satbed import checklink, emulation, topology
+from satbed.emulation import LinkConfig
+from satbed.proc import BIN_DIR
+from satbed.testbed import running
+
+from conftest import needs_root, satbed
+
+pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),
+                                             reason="bin/satemu not built (make build)")]
+
+
+def test_check_link_reports_rate_rtt_and_per_beside_configuration():
+    cp = satbed("check-link", "--emulator", "userspace", "--rtt", "200", "--ber", "1e-5",
+                "--seconds", "6", "--probes", "1500", "--json")
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["emulator"] == "userspace"
+    assert out["configured"] == {"rate_bps": 8000000, "rtt_ms": 200.0, "ber": 1e-5}
+    assert abs(out["udp_wire_error"]) < 0.03
+    assert 199 < out["rtt_ms_avg"] < 215
+    for size, per in out["per"].items():
+        # Three standard errors: a broken BER stage misses by far more.
+        lo, hi = per["ci95"]
+        slack = (hi - lo) / 2 * 1.6
+        assert lo - slack <= per["per_measured"] <= hi + slack, (size, per)
+
+
+def test_outage_drops_everything_while_down():
+    cfg = LinkConfig.symmetric(rate="20mbit", rtt_ms=20, backend="userspace",
+                               outage={"period_s": 2.0, "down_s": 1.0, "offset_s": 0.0})
+    with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
+        emu = emulation.make(tb.transparent("emulator")[0], cfg, tempfile.mkdtemp(prefix="satbed-test-"))
+        emu.start()
+        try:
+            a, b = tb.host("clientA"), tb.host("clientB")
+            per = checklink.per_probe(a, b, 1514, 2000, 2e6, 0.0)
+        finally:
+            stats = emu.stop()["stats"]
+    # Down half of every cycle: about half the probes are lost, and the
+    # emulator counts them as outage drops, not bit errors.
+    assert 0.35 < per["per_measured"] < 0.65, per
+    drops = stats["totals"]["directions"]["a_to_b"]
+    assert drops.get("drops_outage", drops.get("drops", {}).get("outage", 0)) > 0, drops
+
+
+def test_rate_change_mid_run_through_the_control_socket():
+    cfg = LinkConfig.symmetric(rate="8mbit", backend="userspace")
+    with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
+        emu = emulation.make(tb.transparent("emulator")[0], cfg, tempfile.mkdtemp(prefix="satbed-test-"))
+        emu.start()
+        try:
+            emu.set("both", rate_bps=2_000_000, ceil_bps=2_000_000)
+            udp = checklink.nuttcp_udp(tb.host("clientA"), tb.host("clientB"), 4e6, 6)
+        finally:
+            emu.stop()
+    assert udp["udp_wire_bps"] == pytest.approx(2e6, rel=0.05)
