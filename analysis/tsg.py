@@ -275,7 +275,10 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
         if len(texts) > max_texts:
             # A whole-transfer view cannot show thousands of labels; keep the
             # rare, meaningful ones (R, SYN, FIN, ...) and drop counters and "S".
-            texts = [t for t in texts if not t.text.isdigit() and t.text != "S"][:max_texts]
+            texts = [t for t in texts if not t.text.isdigit() and t.text != "S"]
+            if len(texts) > 60:
+                # Dozens of "R"s only smear; the red arrows still mark them.
+                texts = [t for t in texts if t.text != "R"][:max_texts]
         for t in texts:
             ha, va = TEXT_ALIGN[t.kind]
             ax.text(t.coords[0], t.coords[1] * yscale, t.text, color=PALETTE.get(t.colour, FOREGROUND),
