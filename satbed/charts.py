@@ -92,9 +92,10 @@ def pick(values: list[float], target: float, log: bool = False) -> float | None:
 
 
 def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[str, str], dict]:
-    """(client, pep) -> {x value: [goodput...]} for the cells at fixed == value,
-    each series held at its most common value of every other axis."""
-    at = [r for r in rows if r.params.get(fixed) == value]
+    """(client, pep) -> {"points": {x value: [goodput...]}, "failed": {x values
+    where no repetition measured}} for the cells at fixed == value, each series
+    held at its most common value of every other axis."""
+    at = [r for r in rows if r.params.get(fixed) == value and "client" in r.params]
     by_series: dict[tuple[str, str], list[CellRow]] = defaultdict(list)
     for r in at:
         by_series[(r.params["client"], r.params["pep"])].append(r)
@@ -102,10 +103,14 @@ def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[
     for key, rs in by_series.items():
         held = {a: Counter(_key(r.params.get(a)) for r in rs).most_common(1)[0][0] for a in OTHER_AXES}
         points: dict[float, list[float]] = defaultdict(list)
+        tried: set[float] = set()
         for r in rs:
             if all(_key(r.params.get(a)) == held[a] for a in OTHER_AXES):
-                points[r.params[x]].append(r.goodput_bps)
-        out[key] = {"points": dict(points), "held": {a: json.loads(v) for a, v in held.items()}}
+                tried.add(r.params[x])
+                if r.status == "ok" and r.goodput_bps:
+                    points[r.params[x]].append(r.goodput_bps)
+        out[key] = {"points": dict(points), "failed": sorted(tried - set(points)),
+                    "held": {a: json.loads(v) for a, v in held.items()}}
     return out
 
 
@@ -140,11 +145,13 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
         if value != want:
             caption = (f"The matrix has no {fixed} = {fmt_ber(want) if fixed == 'ber' else f'{want:g} ms'}; "
                        f"drawn at the nearest present value. ")
-        ser = series(ok, x, fixed, value)
-        xs_all = sorted({xv for s in ser.values() for xv in s["points"]})
+        # Failed cells (a stalled transfer at high BER) stay visible as crosses at 0.
+        ser = series([r for r in rows if r.status in ("ok", "failed", "timeout")], x, fixed, value)
+        xs_all = sorted({xv for s in ser.values() for xv in [*s["points"], *s["failed"]]})
         # BER on evenly spaced categories (0 has no place on a log axis); RTT linear.
         pos = {v: i for i, v in enumerate(xs_all)} if x == "ber" else {v: v for v in xs_all}
         peps = sorted({p for _, p in ser if p != "none"})
+        any_failed = False
         order = sorted(ser, key=lambda k: (PROTOCOL_ORDER.index(k[0]) if k[0] in PROTOCOL_ORDER else 99, k))
         for client, pep in order:
             pts = ser[(client, pep)]["points"]
@@ -158,6 +165,11 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             for v, (m, c) in zip(xs, stats):
                 plotted.append({"client": client, "pep": pep, x: v, "n": len(pts[v]), "mean_bps": m,
                                 "ci95_bps": c})
+            bad = ser[(client, pep)]["failed"]
+            if bad:
+                any_failed = True
+                ax.plot([pos[v] for v in bad], [0] * len(bad), linestyle="none", marker="x", markersize=9,
+                        markeredgewidth=2, color=colour(client), clip_on=False)
         if x == "ber":
             ax.set_xticks(range(len(xs_all)))
             ax.set_xticklabels([fmt_ber(v) for v in xs_all])
@@ -176,6 +188,9 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             ax.legend(fontsize=8, ncol=2, loc="best")
         caption += ("Solid: with PEP; dashed: without. Points: mean over repetitions; bars: 95% interval. "
                     "Each series is held at its most common size, direction and link settings.")
+        if any_failed:
+            caption += (" A cross at 0: every repetition failed (typically a transfer that stalled "
+                        "within the client's time limit, i.e. below size / limit); see the cells table.")
     ax.set_title(title.format(v=shown, b=fmt_ber(shown)), fontsize=11)
     fig.tight_layout()
     buf = io.BytesIO()
