@@ -6,6 +6,7 @@ from __future__ import annotations
 from satbed.clients.base import Client, ClientContext
 from satbed.clients.ftp import Ftp
 from satbed.clients.http import Wget
+from satbed.clients.interactive import Ssh, Telnet
 from satbed.clients.iperf3 import Iperf3
 from satbed.clients.nuttcp import NuttcpTcp, NuttcpUdp
 from satbed.clients.ping import Ping
@@ -13,7 +14,7 @@ from satbed.clients.saratoga import Saratoga
 from satbed.clients.ssh import Rsync, Scp, Sftp
 from satbed.errors import SatbedError
 
-REGISTRY: dict[str, type[Client]] = {cls.name: cls for cls in (Ping, Ftp, Scp, Sftp, Rsync, Wget, NuttcpTcp, NuttcpUdp, Iperf3, Saratoga)}
+REGISTRY: dict[str, type[Client]] = {cls.name: cls for cls in (Ping, Ftp, Scp, Sftp, Rsync, Wget, NuttcpTcp, NuttcpUdp, Iperf3, Saratoga, Telnet, Ssh)}
 
 
 def get(name: str) -> Client:
