@@ -39,7 +39,7 @@ class Captures:
         os.makedirs(self.dir, exist_ok=True)
         for c in self.items:
             c.proc = c.intf.node.popen(["tcpdump", "-i", c.intf.name, "-s", str(SNAPLEN[self.mode]),
-                                        "-n", "-U", "-w", c.path],
+                                        "-n", "-U", "--immediate-mode", "-w", c.path],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # tcpdump says "listening on" once its socket is open; wait for it so
         # the first SYN is not missed.
@@ -53,6 +53,9 @@ class Captures:
 
     def stop(self) -> dict:
         summary = {}
+        if any(c.proc for c in self.items):
+            # The last ACKs may still be on their way through the kernel.
+            time.sleep(0.5)
         for c in self.items:
             if c.proc is None:
                 continue
