@@ -33,6 +33,10 @@ PrintMotd no
 PrintLastLog no
 MaxStartups 100
 Subsystem sftp internal-sftp
+# Debian's bash sources ~/.bashrc for commands sshd runs (scp -t, rsync
+# --server) unless SHLVL is already 1 or more; root's bashrc would otherwise
+# be timed as part of every transfer (here pyenv init, about 2 s).
+SetEnv SHLVL=1
 """
 
 
