@@ -23,8 +23,11 @@ type Options struct {
 	// skipping the egress qdisc: the emulator is the qdisc. Frames sent this
 	// way are not seen by taps (tcpdump) on the emulator's own ports.
 	QdiscBypass bool
-	RcvBuf      int // SO_RCVBUFFORCE bytes, default 8 MiB
-	SndBuf      int // SO_SNDBUFFORCE bytes, default 8 MiB
+	// KeepOutgoing also delivers frames the host sends (for taps that
+	// measure; a bridge must leave it false or it would loop).
+	KeepOutgoing bool
+	RcvBuf       int // SO_RCVBUFFORCE bytes, default 8 MiB
+	SndBuf       int // SO_SNDBUFFORCE bytes, default 8 MiB
 }
 
 // Socket is an AF_PACKET SOCK_RAW socket bound to one interface in
@@ -76,8 +79,10 @@ func Open(name string, o Options) (*Socket, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s: %s: %w", name, what, err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
-		return fail("PACKET_IGNORE_OUTGOING", err)
+	if !o.KeepOutgoing {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1); err != nil {
+			return fail("PACKET_IGNORE_OUTGOING", err)
+		}
 	}
 	if o.QdiscBypass {
 		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {

@@ -232,6 +232,15 @@ func (b *bench) rtt() error {
 			defer snd.Close()
 			defer rcv.Close()
 			go netns.Echo(rcv)
+			ts, err := openTap(b.chain.Sender, b.chain.SenderIf, b.port)
+			if err != nil {
+				return err
+			}
+			tr, err := openTap(b.chain.Recv, b.chain.RecvIf, b.port)
+			if err != nil {
+				ts.close()
+				return err
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if c.load > 0 {
@@ -254,14 +263,18 @@ func (b *bench) rtt() error {
 			}
 			rtts := netns.Probe(snd, dst, 10*time.Millisecond, 8*time.Second, 800*time.Millisecond)
 			cancel()
+			emRTT := emulatedRTTs(ts.close(), tr.close())
 			st, err := emu.DirStats("a_to_b")
 			if err != nil {
 				return err
 			}
 			const want = 600 * time.Millisecond
 			ms := func(d time.Duration) float64 { return float64(d-want) / 1e6 }
-			fmt.Printf("%-42s n=%d  RTT error p50 %+.3f ms  p99 %+.3f ms  max %+.3f ms | satemu departure lateness a->b p50 %.0f us p99 %.0f us max %.0f us\n",
-				c.name, len(rtts), ms(netns.Quantile(rtts, 0.5)), ms(netns.Quantile(rtts, 0.99)), ms(netns.Quantile(rtts, 1)),
+			fmt.Printf("%s\n  wire (kernel timestamps at both end interfaces): n=%d  RTT error p50 %+.3f ms  p99 %+.3f ms  max %+.3f ms\n",
+				c.name, len(emRTT), ms(netns.Quantile(emRTT, 0.5)), ms(netns.Quantile(emRTT, 0.99)), ms(netns.Quantile(emRTT, 1)))
+			fmt.Printf("  application (UDP echo, user-space timestamps): n=%d  RTT error p50 %+.3f ms  p99 %+.3f ms  max %+.3f ms\n",
+				len(rtts), ms(netns.Quantile(rtts, 0.5)), ms(netns.Quantile(rtts, 0.99)), ms(netns.Quantile(rtts, 1)))
+			fmt.Printf("  satemu departure lateness a->b: p50 %.0f us  p99 %.0f us  max %.0f us\n",
 				num(st, "tx_late_p50_us"), num(st, "tx_late_p99_us"), num(st, "tx_late_max_us"))
 			return nil
 		})
