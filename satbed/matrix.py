@@ -319,7 +319,7 @@ def cell_cost(cell: Cell) -> float:
     return 0.2 + 2.0 * rate / 1e9
 
 
-def default_jobs(cells: list[Cell], host: dict | None = None) -> int:
+def default_jobs(cells: list[Cell], host: dict | None = None, cap_by_cells: bool = True) -> int:
     """Parallel cells the machine carries without disturbing each other: the
     heaviest cell's core cost against 80% of the cores (the rest for setup
     bursts and the parent), ~300 MB per cell, and at most twice the cores
@@ -329,7 +329,10 @@ def default_jobs(cells: list[Cell], host: dict | None = None) -> int:
     cost = max((cell_cost(c) for c in cells), default=0.2)
     by_cpu = int(0.8 * cores / cost)
     by_mem = int(host["mem_available"] / (300 << 20)) if host["mem_available"] else by_cpu
-    return max(1, min(by_cpu, by_mem, 2 * cores, len(cells) or 1))
+    limit = min(by_cpu, by_mem, 2 * cores)
+    if cap_by_cells:
+        limit = min(limit, len(cells) or 1)
+    return max(1, limit)
 
 
 class Progress:
@@ -428,10 +431,8 @@ def run_cell_child(cell_dir: str) -> int:
     with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
         doc = json.load(f)
     try:
-        if doc.get("backend", "mininet") != "mininet":
-            raise SatbedError(f"the runner has no {doc['backend']!r} testbed backend yet")
         cfg = config_from_dict(doc["config"])
-        _, result = runner.run(cfg, cell_dir, run_dir=cell_dir)
+        _, result = runner.run(cfg, cell_dir, run_dir=cell_dir, backend=doc.get("backend", "mininet"))
     except SatbedError as e:
         print(f"satbed: error: {e}", file=sys.stderr)
         return 2
@@ -580,6 +581,8 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
             raise
         progress.close()
         store.end_run(run_id, outcome)
+        stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
+                     f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
     return counts
 
 
@@ -596,7 +599,7 @@ def stop_children(children: list[Child]) -> None:
             ch.proc.wait()
 
 
-def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 2,
+def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3,
              stream=sys.stderr) -> dict:
     """Parallel fidelity: the first cell's goodput alone vs with jobs-1 copies
     of it running at once. Prints and returns the numbers."""
@@ -607,7 +610,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 2
     base = exp.cells[0]
     if base.params["client"] == "ping":
         raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
-    jobs = jobs or default_jobs([base])
+    jobs = jobs or default_jobs([base], cap_by_cells=False)
     root = os.path.join(out, "fidelity", time.strftime("%Y%m%d-%H%M%S"))
 
     def batch(tag: str, n: int) -> list[float]:
@@ -664,7 +667,7 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     for p in store_paths:
         with Store(p) as s:
             measured += [r for r in s.cells() if r.seconds and r.status in ("ok", "timeout")]
-    jobs = jobs or default_jobs(exp.cells)
+    jobs = jobs or default_jobs(exp.cells, cap_by_cells=False)
 
     def ratio(cell: Cell) -> float:
         for match in (("client", "pep", "rtt", "ber"), ("client", "pep", "rtt"), ("client", "pep"), ("client",)):

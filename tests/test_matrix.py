@@ -284,3 +284,23 @@ def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
     assert counts["skipped"] == st["ok"] and counts["ok"] == 8 - st["ok"]
     assert _statuses(out) == {"ok": 8}
     assert _leftovers(out) == []
+
+
+@needs_root
+def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tmp_path):
+    # A ping cell needs ~10 s for its testbed alone: a 4 s limit stops it mid-setup.
+    path = write(tmp_path, "timeout: 4\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
+                           " captures: none}\naxes: {rtt: [0, 100]}\n")
+    out = str(tmp_path / "to")
+    cp = satbed("matrix", path, "--jobs", "2", "--out", out, "--strict", timeout=200)
+    assert cp.returncode == 1, cp.stderr
+    assert json.loads(cp.stdout.splitlines()[-1])["timeout"] == 2
+    db = sqlite3.connect(os.path.join(out, "results.sqlite"))
+    errors = [e for (e,) in db.execute("SELECT error FROM cells")]
+    db.close()
+    assert errors == ["timed out after 4s"] * 2
+    assert _leftovers(out) == []
+    # Timed-out cells count as done unless retried.
+    cp = satbed("matrix", path, "--jobs", "2", "--out", out, timeout=200)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout.splitlines()[-1])["skipped"] == 2
