@@ -42,9 +42,9 @@ const (
 )
 
 const (
-	poolBufSize = 2048
-	readBufSize = 65536 + 64
-	txBatch     = 64
+	minFrameSize = 2048 // read buffer size when Options.FrameSize is smaller
+	rxBatch      = 32
+	txBatch      = 64
 )
 
 // Clock returns the time since the emulator started.
@@ -73,6 +73,9 @@ type Options struct {
 	// microseconds to milliseconds late (more in VMs), so spinning buys
 	// precision with CPU time. 0 disables spinning.
 	Spin time.Duration
+	// FrameSize is the largest frame bridged (larger ones are dropped and
+	// counted by the port); at least 2048.
+	FrameSize int
 	// RTPriority, if > 0, runs the transmit threads under SCHED_FIFO at that
 	// priority so other load cannot delay departures.
 	RTPriority int
@@ -92,7 +95,8 @@ type Bridge struct {
 // a and bp are the ports facing the ground and the aircraft.
 func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port, opts Options) (*Bridge, error) {
 	b := &Bridge{clock: clock, Seed: seed, opts: opts}
-	b.pool.New = func() any { s := make([]byte, poolBufSize); return &s }
+	size := max(opts.FrameSize, minFrameSize)
+	b.pool.New = func() any { s := make([]byte, size); return &s }
 	for i, d := range []struct {
 		name string
 		raw  config.Direction
@@ -142,24 +146,48 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return <-errc
 }
 
-func (b *Bridge) getBuf(n int) *[]byte {
-	if n > poolBufSize {
-		s := make([]byte, n)
-		return &s
-	}
-	return b.pool.Get().(*[]byte)
+func (b *Bridge) getBuf() *[]byte { return b.pool.Get().(*[]byte) }
+
+func (b *Bridge) putBuf(p *[]byte) { b.pool.Put(p) }
+
+// batchReader and batchWriter are the optional batched forms of Port.
+type batchReader interface {
+	ReadBatch(bufs [][]byte, sizes []int, ages []time.Duration) (int, error)
 }
 
-func (b *Bridge) putBuf(p *[]byte) {
-	if cap(*p) == poolBufSize {
-		b.pool.Put(p)
+type batchWriter interface {
+	WriteBatch(frames [][]byte) (int, error)
+}
+
+// single adapts a plain Port to batchReader.
+type single struct{ Port }
+
+func (s single) ReadBatch(bufs [][]byte, sizes []int, ages []time.Duration) (int, error) {
+	n, age, err := s.Read(bufs[0])
+	if err != nil || n == 0 {
+		return 0, err
 	}
+	sizes[0], ages[0] = n, age
+	return 1, nil
 }
 
 func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
-	scratch := make([]byte, readBufSize)
+	br, ok := in.(batchReader)
+	if !ok {
+		br = single{in}
+	}
+	// Frames are read straight into pool buffers; a delivered frame's buffer
+	// travels down the delay line and is replaced here.
+	bufs := make([][]byte, rxBatch)
+	ptrs := make([]*[]byte, rxBatch)
+	for i := range bufs {
+		ptrs[i] = b.getBuf()
+		bufs[i] = *ptrs[i]
+	}
+	sizes := make([]int, rxBatch)
+	ages := make([]time.Duration, rxBatch)
 	for ctx.Err() == nil {
-		n, age, err := in.Read(scratch)
+		n, err := br.ReadBatch(bufs, sizes, ages)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -169,20 +197,22 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 		if n == 0 {
 			continue
 		}
-		now := b.clock() - age
+		now := b.clock()
 		d.mu.Lock()
-		// Kernel timestamps of consecutive reads may step back by
-		// microseconds; the pipeline needs non-decreasing time.
-		now = max(now, d.lastArrival)
-		d.lastArrival = now
-		v := d.pl.Arrive(now, n)
-		d.mu.Unlock()
-		if v.Cause != link.None {
-			continue
+		for i := 0; i < n; i++ {
+			// Kernel timestamps may step back by microseconds between
+			// frames; the pipeline needs non-decreasing time.
+			t := max(now-ages[i], d.lastArrival)
+			d.lastArrival = t
+			v := d.pl.Arrive(t, sizes[i])
+			if v.Cause != link.None {
+				continue
+			}
+			d.dl.push(frame{buf: ptrs[i], n: sizes[i], due: v.Depart})
+			ptrs[i] = b.getBuf()
+			bufs[i] = *ptrs[i]
 		}
-		buf := b.getBuf(n)
-		copy(*buf, scratch[:n])
-		d.dl.push(frame{buf: buf, n: n, due: v.Depart})
+		d.mu.Unlock()
 	}
 	return nil
 }
@@ -201,6 +231,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		}
 	}
 	batch := make([]frame, 0, txBatch)
+	frames := make([][]byte, 0, txBatch)
 	for ctx.Err() == nil {
 		due, ok := d.dl.front()
 		if !ok {
@@ -215,16 +246,44 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 			return nil
 		}
 		batch = d.dl.popDue(b.clock(), batch[:0], txBatch)
+		// Lateness is taken when the send starts: on a veth the send call
+		// also runs the receiver's stack, which is not link delay.
+		now := b.clock()
 		for _, f := range batch {
-			// Lateness is taken when the send starts: on a veth the send
-			// call also runs the receiver's stack, which is not link delay.
-			late := b.clock() - f.due
+			d.late.add(now - f.due)
+		}
+		if bw, ok := out.(batchWriter); ok {
+			frames = frames[:0]
+			for _, f := range batch {
+				frames = append(frames, (*f.buf)[:f.n])
+			}
+			sent, err := bw.WriteBatch(frames)
+			for i, f := range batch {
+				switch {
+				case i < sent:
+					d.framesOut.Add(1)
+					d.bytesOut.Add(uint64(f.n))
+				case i == sent && err != nil:
+					d.txErrors.Add(1)
+				default:
+					// Not attempted after a failure: send individually.
+					if out.Write((*f.buf)[:f.n]) != nil {
+						d.txErrors.Add(1)
+					} else {
+						d.framesOut.Add(1)
+						d.bytesOut.Add(uint64(f.n))
+					}
+				}
+				b.putBuf(f.buf)
+			}
+			continue
+		}
+		for _, f := range batch {
 			if err := out.Write((*f.buf)[:f.n]); err != nil {
 				d.txErrors.Add(1)
 			} else {
 				d.framesOut.Add(1)
 				d.bytesOut.Add(uint64(f.n))
-				d.late.add(late)
 			}
 			b.putBuf(f.buf)
 		}

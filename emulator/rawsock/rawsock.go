@@ -38,12 +38,15 @@ type Socket struct {
 	file    *os.File // owns fd; registered with the Go netpoller
 	rc      syscall.RawConn
 	Name    string
+	MTU     int // the interface's MTU when opened
 	ifindex int
 
 	mu        sync.Mutex
 	drops     uint64 // accumulated PACKET_STATISTICS drops (the kernel resets on read)
 	truncated atomic.Uint64
 	closeOnce sync.Once
+
+	batch *batchState // allocated on first batch use
 
 	// recvmsg state, used by the single reader.
 	iov  unix.Iovec
@@ -74,7 +77,7 @@ func Open(name string, o Options) (*Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: socket: %w", name, err)
 	}
-	s := &Socket{fd: fd, Name: name, ifindex: ifi.Index}
+	s := &Socket{fd: fd, Name: name, MTU: ifi.MTU, ifindex: ifi.Index}
 	fail := func(what string, err error) (*Socket, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s: %s: %w", name, what, err)
@@ -162,19 +165,23 @@ func (s *Socket) Read(b []byte) (n int, age time.Duration, err error) {
 	return n, age, nil
 }
 
-// age extracts the SCM_TIMESTAMPNS control message of the last recvmsg and
-// returns how long ago it was (CLOCK_REALTIME).
+// age returns the age of the frame last received by Read.
 func (s *Socket) age() time.Duration {
-	cl := int(s.msg.Controllen)
-	if cl < unix.SizeofCmsghdr+16 || cl > len(s.cmsg) {
+	return cmsgAge(s.cmsg[:], int(s.msg.Controllen), time.Now())
+}
+
+// cmsgAge extracts an SCM_TIMESTAMPNS control message (CLOCK_REALTIME) and
+// returns how long before now it was; 0 if absent or implausible.
+func cmsgAge(cmsg []byte, cl int, now time.Time) time.Duration {
+	if cl < unix.SizeofCmsghdr+16 || cl > len(cmsg) {
 		return 0
 	}
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&s.cmsg[0]))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&cmsg[0]))
 	if h.Level != unix.SOL_SOCKET || h.Type != unix.SCM_TIMESTAMPNS {
 		return 0
 	}
-	ts := (*unix.Timespec)(unsafe.Pointer(&s.cmsg[unix.SizeofCmsghdr]))
-	age := time.Since(time.Unix(ts.Sec, ts.Nsec))
+	ts := (*unix.Timespec)(unsafe.Pointer(&cmsg[unix.SizeofCmsghdr]))
+	age := now.Sub(time.Unix(ts.Sec, ts.Nsec))
 	// Guard against wall-clock steps: an implausible age is ignored.
 	if age < 0 || age > time.Second {
 		return 0

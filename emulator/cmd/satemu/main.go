@@ -151,7 +151,9 @@ func run(args []string, stderr io.Writer) error {
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
-		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio})
+		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio,
+		// Ethernet header plus one VLAN tag above the larger MTU.
+		FrameSize: max(pa.MTU, pb.MTU) + 18})
 	if err != nil {
 		return usageError{err}
 	}
