@@ -349,7 +349,7 @@ def build(out: str) -> str:
     parts.append("<h2>Summary (repetitions pooled)</h2>")
     body = [[d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
              f"{d['ok']}/{d['cells']}", _fmt_bps(d["mean_bps"]),
-             _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None else "–",
+             _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None and d["ok"] > 1 else "–",
              f"{d['rtt_ms_avg']:.1f}" if d["rtt_ms_avg"] is not None else "–",
              f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in summary_table(rows)]
     parts.append(_table(["client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",

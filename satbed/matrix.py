@@ -658,33 +658,100 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     return doc
 
 
+# Clients without measurements borrow the transfer behaviour of a similar one.
+SIMILAR = {"sftp": "scp", "rsync": "scp", "nuttcp-tcp": "ftp", "wget": "ftp", "iperf3": "ftp"}
+
+
+def client_limit(params: dict, rate_bps: float | None) -> float:
+    """The clients' own stall limit (ClientContext.transfer_timeout)."""
+    return 60 + 10 * params["rtt"] / 1000 + params["size"] * 8 / max(100_000, (rate_bps or 1e9) / 20)
+
+
 def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = None) -> dict:
-    """Estimate a matrix's wall time from measured cells: each cell's estimate
-    is scaled by the measured/estimated ratio of the most similar finished
-    cells (same client and PEP where possible), then packed onto the jobs
-    longest-first."""
-    measured: list[CellRow] = []
+    """Estimate a matrix's wall time from measured cells (typically a smaller
+    size): per (client, PEP, BER) the measured transfer seconds per byte,
+    interpolated linearly in RTT (window- and loss-limited TCP both take time
+    proportional to RTT), scaled to each cell's size and capped at the
+    clients' stall limit; a stalled measurement counts as its limit (a lower
+    bound). Plus the measured per-cell overhead (setup, handshakes, teardown,
+    analysis), fitted as a + b x size. Cells are packed onto the jobs longest first."""
+    rows: list[CellRow] = []
     for p in store_paths:
         with Store(p) as s:
-            measured += [r for r in s.cells() if r.seconds and r.status in ("ok", "timeout")]
+            rows += [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
+                     and r.status in ("ok", "failed", "timeout")]
     jobs = jobs or default_jobs(exp.cells, cap_by_cells=False)
+    points: dict[tuple, dict[float, list[float]]] = {}
+    overheads: list[tuple[float, float]] = []
+    for r in rows:
+        p = r.params
+        rate = r.config.get("link", {}).get("a_to_b", {}).get("rate_bps")
+        if r.status == "ok":
+            if not r.metrics.get("seconds"):
+                continue
+            per_byte = r.metrics["seconds"] / p["size"]
+            overheads.append((p["size"], r.seconds - r.metrics["seconds"]))
+        else:
+            per_byte = client_limit(p, rate) / p["size"]
+        points.setdefault((p["client"], p["pep"], p["ber"]), {}).setdefault(p["rtt"], []).append(per_byte)
+    a, b = _fit(overheads)
 
-    def ratio(cell: Cell) -> float:
-        for match in (("client", "pep", "rtt", "ber"), ("client", "pep", "rtt"), ("client", "pep"), ("client",)):
-            rs = [r.seconds / r.estimate for r in measured if r.estimate
-                  and all(r.params.get(k) == cell.params[k] for k in match)]
-            if rs:
-                return sum(rs) / len(rs)
-        rs = [r.seconds / r.estimate for r in measured if r.estimate]
-        return sum(rs) / len(rs) if rs else 1.0
+    def per_byte(cell: Cell) -> float | None:
+        p = cell.params
+        for client in (p["client"], SIMILAR.get(p["client"])):
+            curve = points.get((client, p["pep"], p["ber"]))
+            if curve:
+                return _interpolate({k: sum(v) / len(v) for k, v in curve.items()}, p["rtt"])
+        return None
 
-    times = sorted((min(c.timeout_s, c.estimate_s * ratio(c)) for c in exp.cells), reverse=True)
+    times, stalled, modelled = [], 0, 0
+    for c in exp.cells:
+        rate = c.config["link"]["a_to_b"]["rate_bps"]
+        limit = client_limit(c.params, rate)
+        pb = per_byte(c)
+        if pb is None:
+            modelled += 1
+            transfer = c.estimate_s - SETUP_S
+        else:
+            transfer = pb * c.params["size"]
+        if transfer >= limit:
+            stalled += 1
+            transfer = limit
+        times.append(a + b * c.params["size"] + transfer)
+    times.sort(reverse=True)
     lanes = [0.0] * jobs
     for t in times:
         i = lanes.index(min(lanes))
         lanes[i] += t
-    return {"cells": len(exp.cells), "jobs": jobs, "cell_seconds": sum(times), "wall_seconds": max(lanes),
-            "measured_cells": len(measured)}
+    return {"cells": len(exp.cells), "jobs": jobs, "cell_seconds": round(sum(times)),
+            "wall_seconds": round(max(lanes)), "wall": fmt_s(max(lanes)), "measured_cells": len(rows),
+            "cells_expected_to_stall": stalled, "cells_without_measurement": modelled,
+            "overhead_s": {"base": round(a, 1), "per_mb": round(b * (1 << 20), 3)}}
+
+
+def _fit(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least squares a + b x; flat when x does not vary."""
+    if not pairs:
+        return 3 * SETUP_S, 0.0
+    xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return my, 0.0
+    b = max(0.0, sum((x - mx) * (y - my) for x, y in pairs) / var)
+    return my - b * mx, b
+
+
+def _interpolate(curve: dict[float, float], x: float) -> float:
+    ks = sorted(curve)
+    if x <= ks[0]:
+        return curve[ks[0]]
+    if x >= ks[-1]:
+        return curve[ks[-1]]
+    for lo, hi in zip(ks, ks[1:]):
+        if lo <= x <= hi:
+            return curve[lo] + (curve[hi] - curve[lo]) * (x - lo) / (hi - lo)
+    return curve[ks[-1]]
 
 
 def _main(argv: list[str]) -> int:

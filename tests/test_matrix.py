@@ -129,10 +129,13 @@ def _fake_store(out: str) -> None:
                             params = {"client": client, "pep": pep, "rtt": rtt, "ber": ber, "size": 1 << 20,
                                       "direction": "download", "rate": None, "emulator": "userspace"}
                             status = "failed" if n == 7 else "ok"
+                            transfer = params["size"] * 8 / bps
                             s.put(CellRow(hash=f"{n:016x}", experiment="fake", params=params, config={},
                                           repetition=rep, status=status, goodput_bps=bps if status == "ok" else None,
-                                          error="boom" if status != "ok" else None, metrics={"goodput_bps": bps},
-                                          started=time.time(), finished=time.time() + 5, seconds=5.0, estimate=4.0))
+                                          error="boom" if status != "ok" else None,
+                                          metrics={"goodput_bps": bps, "seconds": transfer},
+                                          started=time.time(), finished=time.time() + 4 + transfer,
+                                          seconds=4.0 + transfer, estimate=4.0))
         # One cell directory with a graph, as the analysis layer leaves it.
         d = os.path.join(out, "cells", f"{1:016x}", "analysis", "lan_a")
         os.makedirs(d)
@@ -181,14 +184,24 @@ def test_report_without_throughput_still_has_three_charts(tmp_path):
     assert page.count("class='chart'") == 3
 
 
-def test_wall_estimate_scales_by_measured_cells(tmp_path):
+def test_wall_estimate_interpolates_measured_cells(tmp_path):
     from satbed import matrix
     out = str(tmp_path / "m")
     _fake_store(out)
-    exp = matrix.load(write(tmp_path, "fixed: {client: ping, emulator: userspace}\naxes: {rtt: [0, 100]}\n"))
+    exp = matrix.load(write(tmp_path, "fixed: {client: nuttcp-tcp, pep: none, emulator: userspace, size: 4M,"
+                                       " rate: 8mbit}\naxes: {rtt: [50, 300, 600], ber: [0, 1e-7]}\n"))
     est = matrix.wall_estimate(exp, [os.path.join(out, "results.sqlite")], jobs=1)
-    # Every measured cell took 5/4 of its estimate.
-    assert est["wall_seconds"] == pytest.approx(sum(c.estimate_s for c in exp.cells) * 1.25)
+    # nuttcp-tcp borrows ftp's curve (seconds per byte at 0, 100 and 300 ms: 1, 2 and 4
+    # units), interpolated at 50 ms and held beyond the last RTT measured (300 ms; 100 ms
+    # at BER 1e-7, which the fake matrix lacks at 300 ms), scaled to 4 MiB, plus 4 s per cell.
+    reps = (1 + 1 / 1.01 + 1 / 1.02) / 3
+
+    def cell(units: float, ber: float) -> float:
+        return 4 + 4 * 1048576 * units * 8 / (7.5e6 * (1 - 40 * ber)) * reps
+    want = sum(cell(u, 0) for u in (1.5, 4, 4)) + sum(cell(u, 1e-7) for u in (1.5, 2, 2))
+    assert est["cells_without_measurement"] == 0 and est["cells_expected_to_stall"] == 0
+    assert est["overhead_s"] == {"base": 4.0, "per_mb": 0.0}
+    assert est["wall_seconds"] == pytest.approx(want, abs=1)
 
 
 # --- real runs -------------------------------------------------------------------------------
