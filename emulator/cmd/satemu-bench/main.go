@@ -17,6 +17,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,12 +31,15 @@ type bench struct {
 	chain *netns.Chain
 	dir   string
 	port  int
+
+	capRates []float64
 }
 
 func main() {
 	bin := flag.String("satemu", "bin/satemu", "satemu binary")
 	extra := flag.String("flags", "", "extra satemu flags, e.g. \"-rt-priority 50\"")
 	only := flag.String("only", "rate,rtt,per,capacity", "comma-separated sections to run")
+	capRates := flag.String("capacity-rates", "", "comma-separated rates (bit/s) to try in the capacity section instead of the 8M/100M/1G search")
 	flag.Parse()
 	if !netns.Root() {
 		fmt.Fprintln(os.Stderr, "satemu-bench: needs root to build namespaces")
@@ -58,6 +62,11 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	b := &bench{bin: *bin, flags: strings.Fields(*extra), chain: chain, dir: dir, port: 9000}
+	for _, r := range strings.Split(*capRates, ",") {
+		if v, err := strconv.ParseFloat(r, 64); err == nil && v > 0 {
+			b.capRates = append(b.capRates, v)
+		}
+	}
 	fmt.Printf("satemu-bench: %d CPUs, load average %s, satemu flags %q\n", numCPU(), loadavg(), *extra)
 	for _, s := range strings.Split(*only, ",") {
 		var err error
@@ -351,9 +360,13 @@ func (b *bench) per() error {
 func (b *bench) capacity() error {
 	fmt.Println("\n== capacity with 300 ms one-way delay (1500-byte frames, offered 1.1 x rate, 5 s, measured after 1.5 s)")
 	fmt.Println("   holds = satemu output within 2% of the configured rate, no kernel receive drops, departure lateness p99 <= 500 us")
-	for _, target := range []float64{8e6, 100e6, 1e9} {
+	targets := []float64{8e6, 100e6, 1e9}
+	if b.capRates != nil {
+		targets = b.capRates
+	}
+	for _, target := range targets {
 		rates := []float64{target}
-		if target >= 1e9 {
+		if target >= 1e9 && b.capRates == nil {
 			rates = []float64{1e9, 700e6, 500e6, 300e6, 200e6}
 		}
 		best := 0.0
