@@ -70,11 +70,8 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 			return nil, fmt.Errorf("open UDP socket: %w", err)
 		}
 		c.own = true
-		if u, ok := c.conn.(*net.UDPConn); ok {
-			// Room for a burst of frames while the receiver writes to disk.
-			_ = u.SetReadBuffer(4 << 20)
-			_ = u.SetWriteBuffer(4 << 20)
-		}
+		// Room for a burst of frames while the receiver writes to disk.
+		SetSocketBuffers(c.conn, 4<<20)
 	}
 	c.wg.Add(1)
 	go func() {

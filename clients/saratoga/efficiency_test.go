@@ -2,6 +2,7 @@ package saratoga
 
 import (
 	"context"
+	"log"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,7 +37,7 @@ func TestEfficiency(t *testing.T) {
 	want := writeRandom(t, filepath.Join(root, "f"), size, 9)
 	im := impair{seed: 42, delay: rtt / 2, ber: ber}
 	ts := startServer(t, &Server{Root: root, RateBPS: rate, AutoDescriptor: true, Checksum: CsumMD5,
-		Timeout: 10 * time.Second}, im)
+		Timeout: 10 * time.Second, Log: log.New(tlogWriter{t}, "server: ", 0)}, im)
 	cc := testClientConn(t, im)
 	out := filepath.Join(t.TempDir(), "o")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -65,4 +66,12 @@ func TestEfficiency(t *testing.T) {
 	if ratio < 0.95 {
 		t.Fatalf("goodput %.0f bit/s is %.1f%% of reference %.0f bit/s, want >= 95%%", sum.GoodputBPS, ratio*100, ref)
 	}
+}
+
+// tlogWriter sends a logger's output to the test log.
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
 }

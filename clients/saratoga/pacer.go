@@ -6,6 +6,9 @@ import "time"
 // configured rate (link-layer framing is not counted).
 const WireOverhead = 20 + 8
 
+// pacerBurst is the token-bucket depth in time at the configured rate.
+const pacerBurst = 30 * time.Millisecond
+
 // pacer is a token bucket in bits. The sender has no congestion control:
 // it transmits at exactly this rate, and the bucket depth only absorbs
 // timer oversleep so the long-run rate holds.
@@ -18,8 +21,11 @@ type pacer struct {
 
 func newPacer(rateBPS int64, frameBytes int, now time.Time) *pacer {
 	r := float64(rateBPS)
-	// Allow a few frames or 5 ms of credit, whichever is larger.
-	burst := max(4*float64(frameBytes+WireOverhead)*8, r*0.005)
+	// Credit for 30 ms (at least 4 frames) lets the sender catch up after
+	// the scheduler delays it, so the long-run rate holds on a loaded host.
+	// The resulting burst (30 KB at 8 Mbit/s) is well inside the 128 KB
+	// cburst of the test bed's HTB link.
+	burst := max(4*float64(frameBytes+WireOverhead)*8, r*pacerBurst.Seconds())
 	return &pacer{rate: r, burst: burst, tokens: float64(frameBytes+WireOverhead) * 8, last: now}
 }
 

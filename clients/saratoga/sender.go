@@ -29,9 +29,10 @@ type TransferStats struct {
 	ProbeFrames         uint64 // sender: DATA re-sent only to solicit STATUS
 	DuplicateFrames     uint64 // receiver: DATA carrying no new bytes
 	MetadataSent        uint64
-	StatusFrames        uint64 // sender: received; receiver: sent
-	HolesRequested      uint64 // hole ranges listed in STATUS frames (sent or received)
-	BytesWire           uint64 // UDP payload bytes sent by this endpoint
+	StatusFrames        uint64        // sender: received; receiver: sent
+	HolesRequested      uint64        // hole ranges listed in STATUS frames (sent or received)
+	BytesWire           uint64        // UDP payload bytes sent by this endpoint
+	FirstPass           time.Duration // sender: until every chunk was sent once
 	SRTT                time.Duration
 }
 
@@ -237,6 +238,9 @@ func (s *sender) next(now time.Time) []byte {
 	case s.nextNew < s.nChunks:
 		c = s.nextNew
 		s.nextNew++
+		if s.nextNew == s.nChunks {
+			s.stats.FirstPass = now.Sub(s.start)
+		}
 	case now.Sub(s.lastProbe) >= s.probeInterval():
 		c = s.nChunks - 1 // -1 for an empty object: an empty EOD frame
 		kind = kindProbe
@@ -324,6 +328,7 @@ func (s *sender) handle(f any) {
 		return
 	}
 	stale := now.Add(-s.staleAfter()).UnixNano()
+	var tail []int
 	for _, h := range st.Holes {
 		if h.Start >= s.size || h.End <= h.Start {
 			continue
@@ -340,9 +345,14 @@ func (s *sender) handle(f any) {
 			if (echo && s.lastSeq[c] < echoSeq) || (!echo && s.lastTime[c] < stale) {
 				s.queued[c] = true
 				s.queue = append(s.queue, c)
+				if s.nextNew >= s.nChunks {
+					tail = append(tail, c)
+				}
 			}
 		}
 	}
-	// A receiver that has everything but hasn't confirmed keeps getting
-	// probes from the idle path in run.
+	// After the first pass the link would otherwise idle for an RTT per
+	// repair round, so each repair is sent twice: a round then fails with
+	// probability PER^2 instead of PER, and the tail needs fewer RTTs.
+	s.queue = append(s.queue, tail...)
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -241,10 +240,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 		refuse(conn, addr, req, ErrUnspecified)
 		return nil, err
 	}
-	ctime := fi.ModTime()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
-	}
+	ctime := changeTime(fi)
 	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Checksum: csum, Session: req.Session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
 	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, MTU: s.MTU, Timeout: s.Timeout},

@@ -41,6 +41,7 @@ func startServer(t *testing.T, srv *Server, im impair) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	SetSocketBuffers(raw, 4<<20)
 	conn := im.wrap(raw, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -61,6 +62,7 @@ func testClientConn(t *testing.T, im impair) *lossyConn {
 	if err != nil {
 		t.Fatal(err)
 	}
+	SetSocketBuffers(raw, 4<<20)
 	c := im.wrap(raw, 2)
 	t.Cleanup(func() { c.Close() })
 	return c

@@ -90,6 +90,7 @@ type Summary struct {
 	MalformedFrames     uint64  `json:"malformed_frames"`
 	WireBytesSent       uint64  `json:"wire_bytes_sent"`
 	SRTTMillis          float64 `json:"srtt_ms,omitempty"`
+	FirstPassSeconds    float64 `json:"first_pass_seconds,omitempty"`
 	Checksum            string  `json:"checksum"`
 	ChecksumOK          bool    `json:"checksum_ok"`
 }
@@ -109,4 +110,5 @@ func (s *Summary) fill(st TransferStats, elapsed time.Duration) {
 	s.HolesRequested = st.HolesRequested
 	s.WireBytesSent = st.BytesWire
 	s.SRTTMillis = float64(st.SRTT) / float64(time.Millisecond)
+	s.FirstPassSeconds = st.FirstPass.Seconds()
 }

@@ -102,10 +102,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	defer conn.Close()
-	if u, ok := conn.(*net.UDPConn); ok {
-		_ = u.SetReadBuffer(4 << 20)
-		_ = u.SetWriteBuffer(4 << 20)
-	}
+	saratoga.SetSocketBuffers(conn, 4<<20)
 	srv := &saratoga.Server{Root: *root, RateBPS: *rate, Descriptor: d, AutoDescriptor: auto, Checksum: c,
 		Timeout: *timeout, MTU: *mtu, Linger: 5 * time.Second}
 	if !*quiet {
