@@ -343,9 +343,16 @@ def describe_images(refs: list[str]) -> dict:
     return out
 
 
-def environment(refs: list[str]) -> dict:
+def describe_testbed(tb) -> dict:
+    """environment.json's `testbed`: the backend and, for containers, each
+    node's container and image, and every image's id and input hash."""
+    if tb.backend != "docker":
+        return {"backend": tb.backend}
+    nodes = {name: {"container": node.sandbox.name, "image": node.sandbox.image}
+             for name, node in tb.nodes.items() if isinstance(node.sandbox, DockerSandbox)}
     server = docker("version", "--format", "{{.Server.Version}}", check=False, timeout=30).stdout.strip()
-    return {"backend": "docker", "server_version": server, "images": describe_images(refs)}
+    return {"backend": "docker", "docker_server": server, "nodes": nodes,
+            "images": describe_images([n["image"] for n in nodes.values()])}
 
 
 # ---------------------------------------------------------------- nodes

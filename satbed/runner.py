@@ -15,6 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 
 from satbed import clients, emulation, environment, peps, topology
+from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
@@ -61,13 +62,14 @@ def write_json(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def run(cfg: RunConfig, out: str, run_dir: str | None = None) -> tuple[str, dict]:
+def run(cfg: RunConfig, out: str, run_dir: str | None = None,
+        backend: str = "mininet") -> tuple[str, dict]:
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
     spec = topology.load(cfg.topology)
     client = clients.get(cfg.client)
-    tb = Testbed(spec)
+    tb = Testbed(spec, backend=backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
@@ -82,7 +84,9 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None) -> tuple[str, dict
     failure: BaseException | None = None
     try:
         # The emulator backend decides whether its node gets a kernel bridge.
-        tb.start(bridge_kinds=("pep", "bridge"))
+        with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep):
+            tb.start(bridge_kinds=("pep", "bridge"))
+        env["testbed"] = docker_backend.describe_testbed(tb)
         if tb.transparent("emulator"):
             emu = emulation.make(tb.transparent("emulator")[0], cfg.link, run_dir,
                                  captured=cfg.captures != "none")
