@@ -25,11 +25,19 @@ opt_get() {
 	echo "$_res"
 }
 
+# proc_alive PID: true if PID runs. A daemon whose starter has exited is
+# reaped by whatever adopted it, possibly late; a zombie counts as gone.
+proc_alive() {
+	kill -0 "$1" 2>/dev/null || return 1
+	_st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)
+	[ "$_st" != Z ]
+}
+
 # pid_alive PIDFILE: true if the pid recorded in PIDFILE is running.
 pid_alive() {
 	[ -s "$1" ] || return 1
 	_pid=$(cat "$1")
-	[ -n "$_pid" ] && kill -0 "$_pid" 2>/dev/null
+	[ -n "$_pid" ] && proc_alive "$_pid"
 }
 
 # nap: a short sleep where fractional seconds are supported.
