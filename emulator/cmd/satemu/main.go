@@ -62,7 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
-	fs.IntVar(&o.rtPrio, "rt-priority", 0, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off)")
+	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
@@ -153,7 +153,10 @@ func run(args []string, stderr io.Writer) error {
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
 		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio,
 		// Ethernet header plus one VLAN tag above the larger MTU.
-		FrameSize: max(pa.MTU, pb.MTU) + 18})
+		FrameSize: max(pa.MTU, pb.MTU) + 18,
+		Warn: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "satemu: warning: "+format+"\n", args...)
+		}})
 	if err != nil {
 		return usageError{err}
 	}
