@@ -348,24 +348,53 @@ def _ip(node: Node) -> str:
     return str(node.ip.ip) if isinstance(node, Host) else node.name
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Terminate a process and what it forked: node.popen starts every process
-    in a session of its own (mnexec -d), so its process group is its own."""
+def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    """Terminate a process and everything it forked (vsftpd and sshd fork a
+    process per session, which outlive the listener): the tree is collected
+    before anything dies, since orphans lose their parent link."""
     if proc.poll() is not None:
         return
-    for sig, grace in ((signal.SIGTERM, 3), (signal.SIGKILL, 3)):
-        try:
-            if os.getpgid(proc.pid) == proc.pid:
-                os.killpg(proc.pid, sig)
-            else:
-                proc.send_signal(sig)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
+    tree = _descendants(proc.pid)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in [*tree, proc.pid]:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not any(_alive(p) for p in tree):
+                return
+            time.sleep(0.05)
+    proc.wait(timeout=grace)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                # The command name may hold spaces; the ppid follows its ')'.
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _tail(path: str, n: int = 4096) -> str:
