@@ -501,3 +501,155 @@ func TestStartErrors(t *testing.T) {
 		})
 	}
 }
+
+// echoServer accepts on ln and echoes every connection until it closes.
+func echoServer(ln *net.TCPListener) {
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		go func() {
+			io.Copy(c, c)
+			c.Close()
+		}()
+	}
+}
+
+// ping writes msg on c and expects it echoed.
+func ping(t *testing.T, c *net.TCPConn, msg string) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+	c.SetDeadline(time.Time{})
+}
+
+func TestOverflowRefuse(t *testing.T) {
+	b := newBed(t, testOpts+" max_conns=2 overflow=refuse", "pepd")
+	go echoServer(b.listen(t, 7))
+	for i := 0; i < 2; i++ {
+		c, err := b.dial(t, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, c, "held")
+	}
+	start := time.Now()
+	c, err := b.dial(t, 7)
+	if err == nil {
+		err = readUntilErr(c)
+	}
+	if !isReset(err) || time.Since(start) > 2*time.Second {
+		t.Fatalf("third connection: want prompt reset, got %v after %v", err, time.Since(start))
+	}
+}
+
+func TestOverflowPassthrough(t *testing.T) {
+	b := newBed(t, testOpts+" max_conns=2 overflow=passthrough", "pepd")
+	ln := b.listen(t, 7)
+	go echoServer(ln)
+	var held []*net.TCPConn
+	for i := 0; i < 2; i++ {
+		c, err := b.dial(t, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, c, "held")
+		held = append(held, c)
+	}
+	// Full: the third connection crosses the PEP unsplit but works.
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "unsplit")
+	c.Close()
+	var out struct {
+		Split  int64 `json:"connections_split"`
+		Pauses int64 `json:"overflow_pauses"`
+	}
+	raw, _, _ := b.nodes[0].Call("stats")
+	json.Unmarshal([]byte(raw), &out)
+	if out.Split != 2 || out.Pauses < 1 {
+		t.Fatalf("while full: stats %s", raw)
+	}
+	if msg, _, err := b.nodes[0].Call("health"); err == nil {
+		t.Fatalf("health reports %q while paused", msg)
+	}
+	// Free capacity: pepd listens again and splits new connections.
+	for _, h := range held {
+		h.Close()
+	}
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, err := b.nodes[0].Call("health"); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("listener never resumed")
+		}
+	}
+	c, err = b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "split again")
+	waitStats(t, b.nodes[0], "the new connection split", func(s snapshot) bool { return s.ConnectionsSplit == 3 })
+}
+
+func TestIdleTimeout(t *testing.T) {
+	b := newBed(t, testOpts+" idle_timeout=1", "pepd")
+	go echoServer(b.listen(t, 7))
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "then silence")
+	start := time.Now()
+	if err := readUntilErr(c); !isReset(err) {
+		t.Fatalf("want reset after idling, got %v", err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("idle reset after %v, want about 1-2s", d)
+	}
+}
+
+// TestStopDrainsThenResets: stop waits drain_timeout for an open
+// connection, then resets it so the client does not hang, and removes the
+// rules.
+func TestStopDrainsThenResets(t *testing.T) {
+	b := newBed(t, "stats_interval=0.2 drain_timeout=1", "pepd")
+	go echoServer(b.listen(t, 7))
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "open across stop")
+	start := time.Now()
+	if _, stderr, err := b.nodes[0].Call("stop"); err != nil {
+		t.Fatalf("stop: %v: %s", err, stderr)
+	}
+	took := time.Since(start)
+	if took < time.Second || took > 5*time.Second {
+		t.Fatalf("stop took %v with drain_timeout=1", took)
+	}
+	if err := readUntilErr(c); !isReset(err) {
+		t.Fatalf("want reset after drain timeout, got %v", err)
+	}
+	var out struct {
+		Running bool  `json:"running"`
+		Aborted int64 `json:"aborted_at_shutdown"`
+	}
+	raw, _, _ := b.nodes[0].Call("stats")
+	if err := json.Unmarshal([]byte(raw), &out); err != nil || out.Running || out.Aborted != 1 {
+		t.Fatalf("final stats %s", raw)
+	}
+	if rules, _ := netns.Exec(b.nodes[0].NS, "nft", "list", "ruleset"); strings.TrimSpace(rules) != "" {
+		t.Fatalf("rules left: %s", rules)
+	}
+}

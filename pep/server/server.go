@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"satbed/pep/options"
 	"satbed/pep/relay"
 	"satbed/pep/stats"
@@ -49,8 +51,9 @@ type side struct {
 	accepted tune.Leg // options for the accepted (client-facing) socket
 	upstream tune.Leg // options for the upstream socket
 
-	mu sync.Mutex
-	ln *net.TCPListener
+	mu      sync.Mutex
+	ln      *net.TCPListener
+	pausing atomic.Bool // set when the server is full: take the queue, then close
 }
 
 // Server is one pepd instance.
@@ -208,7 +211,6 @@ func (s *Server) listener(sd *side) *net.TCPListener {
 
 func (s *Server) acceptLoop(ctx context.Context, sd *side) {
 	o := s.cfg.Opts
-	pausing := false
 	for {
 		ln := s.listener(sd)
 		if ln == nil {
@@ -216,14 +218,15 @@ func (s *Server) acceptLoop(ctx context.Context, sd *side) {
 		}
 		c, err := ln.AcceptTCP()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) && !pausing {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			if pausing && errors.Is(err, os.ErrDeadlineExceeded) {
+			if sd.pausing.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+				s.takeQueued(ln, sd)
 				if !s.pause(ctx, sd) {
 					return
 				}
-				pausing = false
+				sd.pausing.Store(false)
 				continue
 			}
 			// Out of descriptors or memory: back off instead of spinning;
@@ -247,20 +250,69 @@ func (s *Server) acceptLoop(ctx context.Context, sd *side) {
 			continue
 		}
 		if over {
+			// Connections that queued while another listener filled up.
 			s.overs.Add(1)
 		}
 		n := s.active.Add(1)
 		for hw := s.highWater.Load(); n > hw && !s.highWater.CompareAndSwap(hw, n); hw = s.highWater.Load() {
 		}
 		go s.serve(c, sd)
-		if over && !pausing {
-			// Passthrough: stop listening so the kernel no longer
-			// diverts new SYNs (TPROXY finds no socket and the packets
-			// are forwarded unsplit). First take what is already queued
-			// – closing the listener would reset those clients.
-			pausing = true
-			ln.SetDeadline(time.Now().Add(10 * time.Millisecond))
+		if n >= int64(o.MaxConns) && o.Overflow == options.OverflowPassthrough {
+			s.pauseListeners()
 		}
+	}
+}
+
+// pauseListeners makes both accept loops stop listening, so the kernel
+// no longer diverts new SYNs (TPROXY finds no socket and the packets are
+// forwarded unsplit). The loops first take what is already queued:
+// closing a listener would reset those clients.
+func (s *Server) pauseListeners() {
+	for _, sd := range s.sides {
+		if !sd.pausing.CompareAndSwap(false, true) {
+			continue
+		}
+		if ln := s.listener(sd); ln != nil {
+			ln.SetDeadline(time.Now()) // wakes the accept loop
+		}
+	}
+}
+
+// takeQueued accepts the connections already in ln's queue and closes ln.
+// It uses accept4 directly because Go's Accept refuses to run once the
+// deadline that woke the loop has passed; the window between the last
+// accept and the close is a few microseconds.
+func (s *Server) takeQueued(ln *net.TCPListener, sd *side) {
+	var fds []int
+	if rc, err := ln.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			for {
+				nfd, _, err := unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+				if err != nil {
+					return
+				}
+				fds = append(fds, nfd)
+			}
+		})
+	}
+	sd.mu.Lock()
+	if sd.ln == ln {
+		ln.Close()
+		sd.ln = nil
+	}
+	sd.mu.Unlock()
+	for _, fd := range fds {
+		f := os.NewFile(uintptr(fd), "accepted")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			s.cfg.Log.Printf("queued connection on %s listener: %v", sd.name, err)
+			continue
+		}
+		s.accepted.Add(1)
+		s.overs.Add(1)
+		s.active.Add(1)
+		go s.serve(c.(*net.TCPConn), sd)
 	}
 }
 
