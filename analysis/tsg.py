@@ -229,7 +229,10 @@ def _focus_ylim(elems: list[Element]) -> tuple[float, float] | None:
     every = [y for e in elems if e.kind == "line" or e.kind in MARKERS for y in e.ys]
     if not core or not every:
         return None
-    lo, hi = min(core), max(core)
+    # Percentiles, not extremes: a reset carries a sequence number from
+    # nowhere (tcptrace draws it ~4 GB away) and would flatten the transfer.
+    core.sort()
+    lo, hi = core[int(0.002 * (len(core) - 1))], core[int(0.998 * (len(core) - 1))]
     span = (hi - lo) or 1.0
     if max(every) <= hi + 0.3 * span:
         return None
