@@ -234,6 +234,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	}
 	batch := make([]frame, 0, txBatch)
 	frames := make([][]byte, 0, txBatch)
+	var windowStart, spun time.Duration
 	for ctx.Err() == nil {
 		due, ok := d.dl.front()
 		if !ok {
@@ -244,7 +245,19 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 			}
 			continue
 		}
-		if !sleepUntil(ctx, b.clock, due, b.opts.Spin) {
+		// Spinning is capped at spinBudget of each spinWindow so that at
+		// high frame rates (a frame due every few microseconds) the transmit
+		// thread, possibly real-time, does not burn a whole CPU waiting.
+		if now := b.clock(); now-windowStart > spinWindow {
+			windowStart, spun = now, 0
+		}
+		spin := b.opts.Spin
+		if spun > spinBudget {
+			spin = 0
+		}
+		ok, s := sleepUntil(ctx, b.clock, due, spin)
+		spun += s
+		if !ok {
 			return nil
 		}
 		batch = d.dl.popDue(b.clock(), batch[:0], txBatch)
@@ -293,23 +306,33 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	return nil
 }
 
+// Spin budget: at most spinBudget of busy-waiting per spinWindow.
+const (
+	spinWindow = 100 * time.Millisecond
+	spinBudget = 20 * time.Millisecond
+)
+
 // sleepUntil blocks until clock() >= due: nanosleep (an hrtimer, unlike Go
 // timers which round to about a millisecond when the runtime is idle) in
 // slices of at most 50 ms so cancellation is noticed, then a busy-wait for
-// the last spin. It returns false if ctx ended first.
-func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) bool {
+// the last spin. It returns false if ctx ended first, and the time spent
+// busy-waiting.
+func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) (bool, time.Duration) {
 	for {
 		if ctx.Err() != nil {
-			return false
+			return false, 0
 		}
-		rem := due - clock()
+		now := clock()
+		rem := due - now
 		if rem <= 0 {
-			return true
+			return true, 0
 		}
 		if rem <= spin {
-			for clock() < due {
+			t := now
+			for t < due {
+				t = clock()
 			}
-			return true
+			return true, t - now
 		}
 		rem = min(rem-spin, 50*time.Millisecond)
 		ts := unix.NsecToTimespec(rem.Nanoseconds())
