@@ -90,7 +90,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from satbed import matrix
     exp = matrix.load(args.file, args.backend)
     if args.fidelity:
-        matrix.fidelity(exp, args.out, args.jobs)
+        matrix.fidelity(exp, args.out, args.jobs, backend=args.backend)
         return 0
     if args.estimate:
         est = matrix.wall_estimate(exp, args.estimate, args.jobs)

@@ -352,10 +352,11 @@ class Progress:
         self.failed += status != "ok"
         self.actual += seconds
         self.expected += cell.estimate_s
-        if not self.tty:
-            self.stream.write(f"[{self.done}/{self.total}] {status:<7} {seconds:6.1f}s {cell.label()} "
-                              f"{note}  (ETA {fmt_s(self._eta)})\n")
-            self.stream.flush()
+        # On a terminal the line replaces the bar, which the next draw() puts back below it.
+        clear = "\r\033[K" if self.tty else ""
+        self.stream.write(f"{clear}[{self.done}/{self.total}] {status:<7} "
+                          f"{seconds:6.1f}s {cell.label()} {note}  (ETA {fmt_s(self._eta)})\n")
+        self.stream.flush()
 
     def draw(self, running: list[tuple[Cell, float]], pending: list[Cell]) -> None:
         now = time.monotonic()
@@ -599,7 +600,7 @@ def stop_children(children: list[Child]) -> None:
             ch.proc.wait()
 
 
-def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3,
+def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3, backend: str = "mininet",
              stream=sys.stderr) -> dict:
     """Parallel fidelity: the first cell's goodput alone vs with jobs-1 copies
     of it running at once. Prints and returns the numbers."""
@@ -618,7 +619,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
         for i in range(n):
             d = os.path.join(root, f"{tag}-{i}")
             now = time.monotonic()
-            children.append((d, Child(base, spawn(base, d, "mininet"), time.time(), now, now + base.timeout_s)))
+            children.append((d, Child(base, spawn(base, d, backend), time.time(), now, now + base.timeout_s)))
         rates = []
         try:
             for d, ch in children:
