@@ -58,7 +58,7 @@ def find_tool(name: str) -> str:
 
 
 def keep_files(ctx: ClientContext) -> bool:
-    return bool(getattr(ctx, "keep_files", False)) or \
+    return ctx.keep_files or \
         os.environ.get("SATBED_KEEP_FILES", "").lower() in ("1", "yes", "true")
 
 
