@@ -309,7 +309,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 // Spin budget: at most spinBudget of busy-waiting per spinWindow.
 const (
 	spinWindow = 100 * time.Millisecond
-	spinBudget = 20 * time.Millisecond
+	spinBudget = 10 * time.Millisecond
 )
 
 // sleepUntil blocks until clock() >= due: nanosleep (an hrtimer, unlike Go
