@@ -18,13 +18,13 @@ export SATBED_PEP_OPTS="${SATBED_PEP_OPTS:-}"
 . /opt/satbed/lib/wait-ports.sh
 
 bridge_ports() {
-	ip link show "$SATBED_PEP_BRIDGE" >/dev/null 2>&1 ||
-		ip link add "$SATBED_PEP_BRIDGE" type bridge forward_delay 0 stp_state 0
+	ip link show dev "$SATBED_PEP_BRIDGE" >/dev/null 2>&1 ||
+		ip link add name "$SATBED_PEP_BRIDGE" type bridge forward_delay 0 stp_state 0
 	for p in "$SATBED_PEP_LAN" "$SATBED_PEP_WAN"; do
 		prepare_port "$p"
-		ip link set "$p" master "$SATBED_PEP_BRIDGE"
+		ip link set dev "$p" master "$SATBED_PEP_BRIDGE"
 	done
-	ip link set "$SATBED_PEP_BRIDGE" up
+	ip link set dev "$SATBED_PEP_BRIDGE" up
 	# Frames crossing the bridge reach iptables only if the adapter asks.
 	sysctl -q -w net.bridge.bridge-nf-call-iptables=0 2>/dev/null || true
 }

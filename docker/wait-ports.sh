@@ -5,7 +5,7 @@
 # wait_port NAME SECONDS: the port exists, or fail with one line.
 wait_port() {
 	_n=0
-	while ! ip link show "$1" >/dev/null 2>&1; do
+	while ! ip link show dev "$1" >/dev/null 2>&1; do
 		_n=$((_n + 1))
 		if [ "$_n" -gt $(( $2 * 10 )) ]; then
 			echo "satbed: port $1 did not appear in $2 s (wire the container: docker/wire.sh)" >&2
@@ -18,8 +18,8 @@ wait_port() {
 # prepare_port NAME: 1500-byte MTU, offloads off (captures and raw sockets
 # must see real frames), promiscuous (frames for the far host's MAC), up.
 prepare_port() {
-	ip link set "$1" mtu "${SATBED_MTU:-1500}"
+	ip link set dev "$1" mtu "${SATBED_MTU:-1500}"
 	ethtool -K "$1" tso off gso off gro off tx off >/dev/null 2>&1 || true
-	ip link set "$1" promisc on
-	ip link set "$1" up
+	ip link set dev "$1" promisc on
+	ip link set dev "$1" up
 }

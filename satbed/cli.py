@@ -118,8 +118,18 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from satbed.testbed import clean
     require_root()
     done = clean()
+    # Containers of runs killed before their record listed them.
+    from satbed import docker
+    done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")
     return 0
+
+
+def cmd_pep_check(args: argparse.Namespace) -> int:
+    from satbed import pepcheck
+    report = pepcheck.check(args.image)
+    print("\n".join(report.lines()))
+    return 0 if report.passed else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.set_defaults(fn=cmd_clean)
+
+    pc = sub.add_parser("pep-check", help="test a PEP container image against the image contract")
+    pc.add_argument("image", help="e.g. satbed/pep-pepd:latest (see pep/CONTRACT.md)")
+    pc.set_defaults(fn=cmd_pep_check)
     return p
 
 

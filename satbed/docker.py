@@ -71,20 +71,20 @@ class ImageSpec:
 
 
 IMAGES: tuple[ImageSpec, ...] = (
-    ImageSpec("base", "docker/base/Dockerfile", ("docker/base/Dockerfile", "docker/base/apt", "docker/wait-ports.sh"), None),
+    ImageSpec("base", "docker/base/Dockerfile", ("docker/base/Dockerfile", "docker/base/apt"), None),
     ImageSpec("host", "clients/Dockerfile", ("clients/Dockerfile", "bin/saratoga")),
     ImageSpec("emulator", "emulator/Dockerfile",
-              ("emulator/Dockerfile", "bin/satemu", "docker/emulator-entrypoint.sh")),
+              ("emulator/Dockerfile", "bin/satemu", "docker/emulator-entrypoint.sh", "docker/wait-ports.sh")),
     ImageSpec("pep-none", "pep/images/none/Dockerfile",
-              ("pep/images/none/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh")),
+              ("pep/images/none/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh")),
     ImageSpec("pep-pepd", "pep/images/pepd/Dockerfile",
-              ("pep/images/pepd/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "bin/pepd")),
+              ("pep/images/pepd/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh", "bin/pepd")),
     ImageSpec("pep-pepsal", "pep/images/pepsal/Dockerfile",
-              ("pep/images/pepsal/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh",
+              ("pep/images/pepsal/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh",
                "pep/images/pepsal/pepsal"),
               requires=("pep/images/pepsal/pepsal",), build_args=("PEPSAL_DEBS",)),
     ImageSpec("pep-scps", "pep/images/scps/Dockerfile",
-              ("pep/images/scps/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh",
+              ("pep/images/scps/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh",
                "pep/images/scps/gateway"),
               requires=("pep/images/scps/gateway",), build_args=("SCPS_DEBS",)),
 )
