@@ -113,9 +113,6 @@ func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port, opts Options)
 	return b, nil
 }
 
-// Dirs returns the two directions (a_to_b, b_to_a).
-func (b *Bridge) Dirs() [2]*Dir { return b.dirs }
-
 // Run bridges the ports until ctx is cancelled or a port fails.
 func (b *Bridge) Run(ctx context.Context) error {
 	a, bp := b.dirs[0].in, b.dirs[1].in

@@ -356,3 +356,37 @@ func TestControlSet(t *testing.T) {
 		}
 	}
 }
+
+func TestProfileAndGilbertElliott(t *testing.T) {
+	if !netns.Root() {
+		t.Skip("namespace integration test needs root (CAP_NET_ADMIN); skipping")
+	}
+	prof := filepath.Join(t.TempDir(), "leo.csv")
+	// One-way delay 20 ms, then 60 ms from t = 2.5 s.
+	if err := os.WriteFile(prof, []byte("t_s,delay_ms\n0,20\n2.5,60\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := setup(t, fmt.Sprintf(`{"seed":9,"a_to_b":{"profile":%q},"b_to_a":{"gilbert_elliott":{"p":0.1,"r":0.5,"loss_bad":1}}}`, prof))
+	out, _ := netns.Command(e.chain.Sender, "ping", "-n", "-c", "40", "-i", "0.1", "-W", "1", netns.ReceiverIP).CombinedOutput()
+	var early, late int
+	for _, m := range pingTime.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch {
+		case v >= 19.9 && v < 25:
+			early++
+		case v >= 59.9 && v < 65:
+			late++
+		}
+	}
+	if early < 5 || late < 5 {
+		t.Errorf("RTTs did not follow the profile (20 ms then 60 ms): %d early, %d late\n%s", early, late, out)
+	}
+	st, err := e.emu.DirStats("b_to_a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stationary loss p/(p+r) = 17%; with about 40 replies, expect a few.
+	if ge := st["drops"].(map[string]any)["gilbert_elliott"].(float64); ge < 1 || ge > 20 {
+		t.Errorf("gilbert_elliott drops %v, want a few of ~40", ge)
+	}
+}
