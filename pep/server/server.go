@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 	o := cfg.Opts
 	s := &Server{
 		cfg:   cfg,
-		pool:  relay.NewPipePool(o.PipeBytes, 256),
+		pool:  relay.NewPipePool(o.PipeBytes, 32),
 		conns: make(map[uint64]*entry),
 	}
 	s.sides[0] = &side{name: "lan", port: o.Port, accepted: cfg.LAN, upstream: cfg.WAN}

@@ -1,0 +1,486 @@
+// Command pepbench measures pepd against plain bridges on an unshaped
+// namespace chain clientA - pepA - pepB - clientB: throughput of 1 and N
+// flows, connection setup rate, and the memory pepd needs per held
+// connection. It prints numbers; it is not a test. Needs root.
+//
+//	go build -o bin/pepd ./pep/cmd/pepd && go run ./pep/cmd/pepbench
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"satbed/pep/internal/netns"
+)
+
+type bench struct {
+	chain    *netns.Chain
+	adapters string
+	binDir   string
+	opts     string
+	nodes    []*netns.PEPNode // PEPs of the current mode
+	sent     atomic.Int64     // bytes written by the bulk senders
+}
+
+func main() {
+	adapters := flag.String("adapters", "pep/adapters", "directory of the PEP adapters")
+	binDir := flag.String("bin", "bin", "directory holding pepd")
+	dur := flag.Duration("duration", 5*time.Second, "measurement time per throughput point")
+	flows := flag.Int("flows", 100, "flows in the multi-flow throughput point")
+	hold := flag.Int("conns", 10000, "concurrent connections to hold through pepd")
+	setup := flag.Duration("setup", 3*time.Second, "duration of the setup-rate measurement")
+	opts := flag.String("opts", "", "extra pepd options (SATBED_PEP_OPTS)")
+	serve := flag.Bool("serve", false, "internal: run the servers (used inside client B's namespace)")
+	flag.Parse()
+	if *serve {
+		if err := runServers(); err != nil {
+			fmt.Fprintf(os.Stderr, "pepbench servers: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*adapters, *binDir, *opts, *dur, *flows, *hold, *setup); err != nil {
+		fmt.Fprintf(os.Stderr, "pepbench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(adapters, binDir, opts string, dur time.Duration, flows, hold int, setup time.Duration) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root")
+	}
+	// A split connection costs pepd two sockets, so the open-file limit
+	// (inherited by the pepds) bounds the hold test. Raising the hard
+	// limit needs CAP_SYS_RESOURCE; without it the test is capped.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	want := uint64(4*hold + 1000)
+	if lim.Max < want {
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: want, Max: want}); err == nil {
+			lim.Max = want
+		}
+	}
+	if capN := int(lim.Max/2) - 200; hold > capN {
+		fmt.Printf("note: open-file hard limit %d (no CAP_SYS_RESOURCE to raise it) allows pepd ~%d split connections; holding %d instead of %d\n",
+			lim.Max, capN, capN, hold)
+		hold = capN
+	}
+	var err error
+	if adapters, err = filepath.Abs(adapters); err != nil {
+		return err
+	}
+	if binDir, err = filepath.Abs(binDir); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(binDir, "pepd")); err != nil {
+		return fmt.Errorf("pepd binary: %w (go build -o bin/pepd ./pep/cmd/pepd)", err)
+	}
+	chain, err := netns.New(2)
+	if err != nil {
+		return err
+	}
+	defer chain.Close()
+	b := &bench{chain: chain, adapters: adapters, binDir: binDir, opts: opts}
+	// Enough ports and backlog for the connection tests.
+	for _, ns := range []string{chain.ClientA, chain.ClientB} {
+		if _, err := netns.Exec(ns, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65000",
+			"net.ipv4.tcp_tw_reuse=1", "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"); err != nil {
+			return err
+		}
+	}
+	for _, pep := range chain.PEPs {
+		if _, err := netns.Exec(pep, "sysctl", "-qw", "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"); err != nil {
+			return err
+		}
+	}
+	stopServers, err := b.servers()
+	if err != nil {
+		return err
+	}
+	defer stopServers()
+
+	type result struct {
+		one, many, setup float64
+	}
+	res := map[string]result{}
+	for _, mode := range []string{"none", "pepd"} {
+		nodes, err := b.start(mode)
+		b.nodes = nodes
+		if err != nil {
+			return err
+		}
+		var r result
+		if r.one, err = b.throughput(1, dur); err == nil {
+			if r.many, err = b.throughput(flows, dur); err == nil {
+				r.setup, err = b.setupRate(setup, 16)
+			}
+		}
+		if err == nil && mode == "pepd" {
+			err = b.holdTest(nodes, hold)
+		}
+		for _, n := range nodes {
+			if _, stderr, serr := n.Call("stop"); serr != nil && err == nil {
+				err = fmt.Errorf("stop: %v: %s", serr, stderr)
+			}
+			n.Kill()
+			os.RemoveAll(n.StateDir)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode, err)
+		}
+		res[mode] = r
+		fmt.Printf("%-5s 1 flow %8.2f Gbit/s   %d flows %8.2f Gbit/s   setup %8.0f conn/s\n",
+			mode, r.one/1e9, flows, r.many/1e9, r.setup)
+	}
+	n, p := res["none"], res["pepd"]
+	fmt.Printf("ratio pepd/none: 1 flow %.2f, %d flows %.2f, setup rate %.2f\n", p.one/n.one, flows, p.many/n.many, p.setup/n.setup)
+	return nil
+}
+
+func (b *bench) start(mode string) ([]*netns.PEPNode, error) {
+	var nodes []*netns.PEPNode
+	for i, ns := range b.chain.PEPs {
+		dir, err := os.MkdirTemp("", "pepbench-")
+		if err != nil {
+			return nodes, err
+		}
+		n := &netns.PEPNode{NS: ns, Adapter: filepath.Join(b.adapters, mode), StateDir: dir,
+			Role: string(rune('a' + i)), BinDir: b.binDir}
+		if mode == "pepd" {
+			// Per-connection logging would measure the disk, not pepd.
+			n.Opts = "conn_log=0 max_conns=50000 " + b.opts
+		}
+		if _, stderr, err := n.Call("start"); err != nil {
+			return nodes, fmt.Errorf("start %s: %v: %s", mode, err, stderr)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// servers starts this program again inside client B's namespace as the
+// server side (a separate process, so client and server sockets do not
+// share one open-file limit): a sink on :5001 and an echo-once server on
+// :7. The returned function stops it.
+func (b *bench) servers() (func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("ip", "netns", "exec", b.chain.ClientB, exe, "-serve")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() {
+		stdin.Close()
+		cmd.Wait()
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		stop()
+		return nil, fmt.Errorf("server process did not start: %q %v", line, err)
+	}
+	return stop, nil
+}
+
+// runServers is the -serve mode: serve until stdin closes.
+func runServers() error {
+	var lim unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+		lim.Cur = lim.Max
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
+	sink, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrB), Port: 5001})
+	if err != nil {
+		return err
+	}
+	echo, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrB), Port: 7})
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			c, err := sink.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+			}()
+		}
+	}()
+	go func() {
+		for {
+			c, err := echo.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var one [1]byte
+				if _, err := c.Read(one[:]); err != nil {
+					return
+				}
+				c.Write(one[:])
+				c.Read(one[:]) // hold until the client closes
+			}()
+		}
+	}()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+func (b *bench) dial(port int) (*net.TCPConn, error) {
+	var c *net.TCPConn
+	err := netns.Do(b.chain.ClientA, func() error {
+		conn, err := net.DialTimeout("tcp4", net.JoinHostPort(netns.AddrB, strconv.Itoa(port)), 10*time.Second)
+		if err == nil {
+			c = conn.(*net.TCPConn)
+		}
+		return err
+	})
+	return c, err
+}
+
+// throughput runs flows bulk senders A->B and returns bit/s over d after
+// a one-second warm-up.
+func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
+	var conns []*net.TCPConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < flows; i++ {
+		c, err := b.dial(5001)
+		if err != nil {
+			return 0, err
+		}
+		conns = append(conns, c)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	buf := make([]byte, 128<<10)
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				n, err := c.Write(buf)
+				b.sent.Add(int64(n))
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	// Counted at the sender: in steady state the socket buffers are full
+	// at both ends of the window, so the difference is what crossed.
+	start, t0 := b.sent.Load(), time.Now()
+	time.Sleep(d)
+	got, el := b.sent.Load()-start, time.Since(t0)
+	stop.Store(true)
+	for _, c := range conns {
+		// A reset discards the megabytes queued in every leg, which
+		// would otherwise keep the PEPs busy during the next point.
+		c.SetLinger(0)
+		c.SetWriteDeadline(time.Now())
+	}
+	wg.Wait()
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	return float64(got) * 8 / el.Seconds(), b.quiesce()
+}
+
+// setupRate opens, checks (one byte echoed end to end) and closes
+// connections with the given parallelism; returns completed per second.
+func (b *bench) setupRate(d time.Duration, workers int) (float64, error) {
+	var done atomic.Int64
+	var firstErr atomic.Value
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if err := b.roundTrip(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return 0, err
+	}
+	return float64(done.Load()) / d.Seconds(), b.quiesce()
+}
+
+// quiesce waits until the running pepds relay nothing, so one
+// measurement does not bleed into the next.
+func (b *bench) quiesce() error {
+	time.Sleep(300 * time.Millisecond)
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		busy := false
+		for _, n := range b.nodes {
+			out, _, _ := n.Call("stats")
+			if a := field(out, "connections_active"); a != "0" && a != "?" {
+				busy = true
+			}
+		}
+		if !busy {
+			return nil
+		}
+	}
+	return errors.New("pepd connections did not finish within 60s")
+}
+
+func (b *bench) roundTrip() error {
+	c, err := b.dial(7)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return ping(c)
+}
+
+func ping(c *net.TCPConn) error {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var one = [1]byte{'x'}
+	if _, err := c.Write(one[:]); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, one[:]); err != nil {
+		return fmt.Errorf("echo: %w", err)
+	}
+	c.SetDeadline(time.Time{})
+	return nil
+}
+
+// holdTest opens n connections through the pepd pair, checks each end to
+// end, and reports the pepds' resident memory growth per connection.
+func (b *bench) holdTest(nodes []*netns.PEPNode, n int) error {
+	base := make([]int64, len(nodes))
+	for i, nd := range nodes {
+		rss, err := rssKB(nd)
+		if err != nil {
+			return err
+		}
+		base[i] = rss
+	}
+	conns := make([]*net.TCPConn, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				c, err := b.dial(7)
+				if err == nil {
+					err = ping(c)
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("connection %d: %w", i, err))
+					return
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	opened := time.Since(t0)
+	time.Sleep(1500 * time.Millisecond) // a stats refresh
+	for i, nd := range nodes {
+		rss, err := rssKB(nd)
+		if err != nil {
+			return err
+		}
+		out, _, _ := nd.Call("stats")
+		active := field(out, "connections_active")
+		fmt.Printf("pepd %s: %d connections held (stats: %s active), RSS %d -> %d KB: %.1f KB per connection\n",
+			nd.Role, n, active, base[i], rss, float64(rss-base[i])/float64(n))
+	}
+	fmt.Printf("opened and verified %d connections in %v (%.0f conn/s with 32 parallel openers)\n", n, opened.Round(time.Millisecond), float64(n)/opened.Seconds())
+	return nil
+}
+
+func field(js, key string) string {
+	i := strings.Index(js, `"`+key+`":`)
+	if i < 0 {
+		return "?"
+	}
+	rest := js[i+len(key)+3:]
+	if j := strings.IndexAny(rest, ",}"); j >= 0 {
+		return rest[:j]
+	}
+	return rest
+}
+
+func rssKB(nd *netns.PEPNode) (int64, error) {
+	pid, err := os.ReadFile(filepath.Join(nd.StateDir, "pepd.pid"))
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open("/proc/" + strings.TrimSpace(string(pid)) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
