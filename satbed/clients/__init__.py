@@ -14,7 +14,8 @@ from satbed.clients.saratoga import Saratoga
 from satbed.clients.ssh import Rsync, Scp, Sftp
 from satbed.errors import SatbedError
 
-REGISTRY: dict[str, type[Client]] = {cls.name: cls for cls in (Ping, Ftp, Scp, Sftp, Rsync, Wget, NuttcpTcp, NuttcpUdp, Iperf3, Saratoga, Telnet, Ssh)}
+REGISTRY: dict[str, type[Client]] = {cls.name: cls for cls in (
+    Ping, Ftp, Scp, Sftp, Rsync, Wget, NuttcpTcp, NuttcpUdp, Iperf3, Saratoga, Telnet, Ssh)}
 
 
 def get(name: str) -> Client:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import os
+import pwd
 
 from satbed.clients.base import ClientContext
 from satbed.clients.transfer import Run, TransferClient, ip
+from satbed.errors import SatbedError
 
 PORT = 21
 PASV_PORTS = (40000, 40099)
@@ -70,7 +72,8 @@ class Ftp(TransferClient):
         t.server(server, "vsftpd", [self.tool("vsftpd"), conf], PORT)
         connect_ms = t.connect_ms(client, ip(server), PORT)
         if upload:
-            args = [self.tool("ncftpput"), "-V", "-d", "/dev/stdout", "-P", str(PORT), ip(server), "/incoming", payload.path]
+            args = [self.tool("ncftpput"), "-V", "-d", "/dev/stdout", "-P", str(PORT), ip(server), "/incoming",
+                    payload.path]
         else:
             args = [self.tool("ncftpget"), "-V", "-d", "/dev/stdout", "-P", str(PORT), ip(server),
                     os.path.dirname(received), "/payload.bin"]
@@ -79,10 +82,8 @@ class Ftp(TransferClient):
 
 
 def _ids(user: str) -> tuple[int, int]:
-    import pwd
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        from satbed.errors import SatbedError
         raise SatbedError(f"ftp: no user {user!r} for anonymous FTP (the vsftpd package creates it)") from None
     return pw.pw_uid, pw.pw_gid

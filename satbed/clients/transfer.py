@@ -270,7 +270,10 @@ class Run:
                 out, err = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
                 _stop(proc)
-                out, err = proc.communicate()
+                try:
+                    out, err = proc.communicate(timeout=5)
+                except subprocess.TimeoutExpired:   # something that escaped still holds the pipe
+                    out, err = b"", b"(output lost: the pipe stayed open)"
                 self.note(_text(out) + _text(err))
                 raise SatbedError(f"{self.name}: transfer stalled: {tool} did not finish within {timeout:.0f} s "
                                   f"(see {os.path.relpath(self.log_path, self.ctx.run_dir)})") from None
