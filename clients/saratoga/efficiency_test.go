@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -32,6 +33,13 @@ func TestEfficiency(t *testing.T) {
 	rtt, size := 60*time.Millisecond, 10<<20
 	if os.Getenv("SARATOGA_EFFICIENCY_FULL") != "" {
 		rtt, size = 600*time.Millisecond, 100<<20
+	}
+	// Finer control for experiments: size in MiB and RTT as a duration.
+	if v, err := strconv.Atoi(os.Getenv("SARATOGA_EFFICIENCY_MB")); err == nil && v > 0 {
+		size = v << 20
+	}
+	if v, err := time.ParseDuration(os.Getenv("SARATOGA_EFFICIENCY_RTT")); err == nil {
+		rtt = v
 	}
 	root := t.TempDir()
 	want := writeRandom(t, filepath.Join(root, "f"), size, 9)

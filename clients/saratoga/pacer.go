@@ -17,6 +17,23 @@ type pacer struct {
 	burst  float64 // bucket depth in bits
 	tokens float64
 	last   time.Time
+	// stalled accumulates credit lost to the bucket cap while a frame
+	// was waiting: time the host did not run the sender when it should
+	// have (CPU contention), which lowers the achieved rate.
+	stalled time.Duration
+}
+
+// refill adds credit for the time since the last call. busy says a frame
+// was waiting all along, so credit beyond the cap counts as a stall.
+func (p *pacer) refill(now time.Time, busy bool) {
+	t := p.tokens + now.Sub(p.last).Seconds()*p.rate
+	if t > p.burst {
+		if busy {
+			p.stalled += time.Duration((t - p.burst) / p.rate * float64(time.Second))
+		}
+		t = p.burst
+	}
+	p.tokens, p.last = t, now
 }
 
 func newPacer(rateBPS int64, frameBytes int, now time.Time) *pacer {
@@ -32,8 +49,7 @@ func newPacer(rateBPS int64, frameBytes int, now time.Time) *pacer {
 // delay refills the bucket and returns how long to wait before a frame of
 // n UDP payload bytes may be sent.
 func (p *pacer) delay(n int, now time.Time) time.Duration {
-	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
-	p.last = now
+	p.refill(now, true)
 	need := float64(n+WireOverhead) * 8
 	if p.tokens >= need {
 		return 0

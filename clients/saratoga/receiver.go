@@ -56,6 +56,11 @@ type receiver struct {
 	lastRetry  time.Time
 	stats      TransferStats
 	checksumOK bool
+	// The checksum is computed incrementally over the contiguous prefix as
+	// it grows, so little is left to hash when the last hole fills.
+	hasher  hash.Hash
+	hashed  uint64
+	hashBuf []byte
 	// completedAt is when the object was complete and verified.
 	completedAt time.Time
 	buf         []byte
@@ -74,20 +79,26 @@ func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <
 	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.MTU)}
 }
 
-// ChecksumOf hashes the first size bytes of r with the given algorithm.
-func ChecksumOf(r io.ReaderAt, size uint64, t ChecksumType) ([]byte, error) {
-	var h hash.Hash
+// newHash returns the hash for a checksum type (nil for none).
+func newHash(t ChecksumType) (hash.Hash, error) {
 	switch t {
 	case CsumNone:
 		return nil, nil
 	case CsumCRC32:
-		h = crc32.NewIEEE()
+		return crc32.NewIEEE(), nil
 	case CsumMD5:
-		h = md5.New()
+		return md5.New(), nil
 	case CsumSHA1:
-		h = sha1.New()
-	default:
-		return nil, fmt.Errorf("unknown checksum type %d", t)
+		return sha1.New(), nil
+	}
+	return nil, fmt.Errorf("unknown checksum type %d", t)
+}
+
+// ChecksumOf hashes the first size bytes of r with the given algorithm.
+func ChecksumOf(r io.ReaderAt, size uint64, t ChecksumType) ([]byte, error) {
+	h, err := newHash(t)
+	if h == nil || err != nil {
+		return nil, err
 	}
 	if _, err := io.Copy(h, io.NewSectionReader(r, 0, int64(size))); err != nil {
 		return nil, fmt.Errorf("checksum: %w", err)
@@ -139,10 +150,13 @@ func (r *receiver) run(ctx context.Context) (TransferStats, *Metadata, error) {
 			}
 		}
 	}
-	sum, err := ChecksumOf(r.dst, r.meta.Dirent.Size, r.meta.ChecksumType)
-	if err != nil {
+	if err := r.advanceHash(); err != nil {
 		r.sendStatus(nil, ErrUnspecified)
 		return r.stats, r.meta, err
+	}
+	var sum []byte
+	if r.hasher != nil {
+		sum = r.hasher.Sum(nil)
 	}
 	if !bytes.Equal(sum, r.meta.Checksum) {
 		r.sendStatus(nil, ErrUnspecified)
@@ -219,10 +233,19 @@ func (r *receiver) handle(f any) error {
 			r.sendStatus(nil, ErrFileTooBig)
 			return fmt.Errorf("receiver: object of %d bytes is too big", v.Dirent.Size)
 		}
-		r.meta, r.desc = v, v.Descriptor
+		h, err := newHash(v.ChecksumType)
+		if err != nil {
+			r.sendStatus(nil, ErrBadRequest)
+			return fmt.Errorf("receiver: %w", err)
+		}
+		r.meta, r.desc, r.hasher = v, v.Descriptor, h
 		if err := r.dst.Truncate(int64(v.Dirent.Size)); err != nil {
 			r.sendStatus(nil, ErrCantReceive)
 			return fmt.Errorf("receiver: %w", err)
+		}
+		if err := r.advanceHash(); err != nil {
+			r.sendStatus(nil, ErrCantReceive)
+			return err
 		}
 	case *Data:
 		if v.Session != r.cfg.Session {
@@ -256,6 +279,10 @@ func (r *receiver) handle(f any) error {
 					r.sendStatus(nil, ErrCantReceive)
 					return fmt.Errorf("receiver: write at %d: %w", v.Offset, err)
 				}
+				if err := r.advanceHash(); err != nil {
+					r.sendStatus(nil, ErrCantReceive)
+					return err
+				}
 			}
 		}
 		// Once complete, the final STATUS waits for checksum verification:
@@ -263,6 +290,26 @@ func (r *receiver) handle(f any) error {
 		if v.ReqStatus && !r.complete() {
 			r.sendStatus(v, ErrSuccess)
 		}
+	}
+	return nil
+}
+
+// advanceHash feeds newly contiguous bytes to the checksum.
+func (r *receiver) advanceHash() error {
+	if r.hasher == nil {
+		return nil
+	}
+	end := min(r.got.contiguous(), r.meta.Dirent.Size)
+	if r.hashBuf == nil && end > r.hashed {
+		r.hashBuf = make([]byte, 256<<10)
+	}
+	for r.hashed < end {
+		p := r.hashBuf[:min(uint64(len(r.hashBuf)), end-r.hashed)]
+		if _, err := r.dst.ReadAt(p, int64(r.hashed)); err != nil {
+			return fmt.Errorf("receiver: checksum read at %d: %w", r.hashed, err)
+		}
+		r.hasher.Write(p)
+		r.hashed += uint64(len(p))
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ type TransferStats struct {
 	HolesRequested      uint64        // hole ranges listed in STATUS frames (sent or received)
 	BytesWire           uint64        // UDP payload bytes sent by this endpoint
 	FirstPass           time.Duration // sender: until every chunk was sent once
+	PacerStall          time.Duration // sender: sending time lost to host scheduling delays
 	SRTT                time.Duration
 }
 
@@ -46,7 +47,12 @@ type senderConfig struct {
 	// ReqEvery and ReqInterval bound how often DATA asks for a STATUS.
 	ReqEvery    int
 	ReqInterval time.Duration
-	Now         func() time.Time
+	// LateChecksum, if set, computes the METADATA checksum concurrently
+	// with the first DATA frames, so hashing a large file does not delay
+	// the start; METADATA is sent as soon as it is ready (receivers accept
+	// DATA before METADATA).
+	LateChecksum func() ([]byte, error)
+	Now          func() time.Time
 }
 
 // sender transmits one object at a fixed rate and repairs the holes the
@@ -57,6 +63,7 @@ type sender struct {
 	src   io.ReaderAt
 	size  uint64
 	meta  []byte // encoded METADATA
+	md    *Metadata
 	send  func([]byte) error
 	in    <-chan any
 	chunk int // payload bytes per DATA frame
@@ -72,6 +79,7 @@ type sender struct {
 	metaSeq     uint64
 	metaTime    time.Time
 	metaNeeded  bool
+	metaReady   bool
 	sinceReq    int
 	lastReqTime time.Time
 	lastProbe   time.Time
@@ -111,6 +119,10 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 	if chunk < 16 {
 		return nil, fmt.Errorf("MTU %d too small", cfg.MTU)
 	}
+	if cfg.LateChecksum != nil {
+		// Size the frame with a placeholder of the final checksum length.
+		meta.Checksum = make([]byte, 4*max(meta.ChecksumType.Words(), 0))
+	}
 	mb, err := meta.Append(nil)
 	if err != nil {
 		return nil, err
@@ -120,8 +132,9 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 	}
 	n := int((size + uint64(chunk) - 1) / uint64(chunk))
 	return &sender{
-		cfg: cfg, src: src, size: size, meta: mb, send: send, in: in, chunk: chunk,
-		nChunks: n, lastSeq: make([]uint64, n), lastTime: make([]int64, n), queued: make([]bool, n),
+		cfg: cfg, src: src, size: size, meta: mb, md: meta, send: send, in: in, chunk: chunk,
+		metaReady: cfg.LateChecksum == nil,
+		nChunks:   n, lastSeq: make([]uint64, n), lastTime: make([]int64, n), queued: make([]bool, n),
 		metaNeeded: true,
 		buf:        make([]byte, 0, cfg.MTU), readBuf: make([]byte, chunk),
 	}, nil
@@ -137,7 +150,9 @@ func (s *sender) probeInterval() time.Duration {
 	if s.stats.SRTT == 0 {
 		return 100 * time.Millisecond
 	}
-	return min(max(s.stats.SRTT/4, 10*time.Millisecond), 500*time.Millisecond)
+	// Probes only go out while the link would otherwise idle, so they are
+	// cheap; frequent ones shorten the wait after a lost STATUS.
+	return min(max(s.stats.SRTT/8, 10*time.Millisecond), 250*time.Millisecond)
 }
 
 // staleAfter is how old a chunk's last send must be before a hole report
@@ -155,7 +170,33 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 	pace := newPacer(s.cfg.RateBPS, s.cfg.MTU-WireOverhead, now)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	type sumResult struct {
+		sum []byte
+		err error
+	}
+	var sumCh chan sumResult
+	if s.cfg.LateChecksum != nil {
+		sumCh = make(chan sumResult, 1) // buffered: never blocks the hasher
+		go func() {
+			b, err := s.cfg.LateChecksum()
+			sumCh <- sumResult{b, err}
+		}()
+	}
 	for {
+		select {
+		case r := <-sumCh:
+			sumCh = nil
+			if r.err != nil {
+				return s.stats, fmt.Errorf("sender: checksum: %w", r.err)
+			}
+			s.md.Checksum = r.sum
+			mb, err := s.md.Append(nil)
+			if err != nil {
+				return s.stats, fmt.Errorf("sender: %w", err)
+			}
+			s.meta, s.metaReady = mb, true
+		default:
+		}
 		s.drain()
 		if s.err != nil {
 			return s.stats, s.err
@@ -179,6 +220,7 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 				s.handle(f)
 			case <-timer.C:
 			}
+			pace.refill(s.cfg.Now(), false)
 			continue
 		}
 		if d := pace.delay(len(frame), now); d > 0 {
@@ -191,6 +233,7 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 			pace.delay(len(frame), s.cfg.Now())
 		}
 		pace.consume(len(frame))
+		s.stats.PacerStall = pace.stalled
 		// A send error (full socket buffer, transient route failure) is
 		// just loss to a rate-based protocol: the hole will be reported.
 		_ = s.send(frame)
@@ -220,7 +263,7 @@ const (
 
 // next builds the next frame to send, or nil if nothing is due.
 func (s *sender) next(now time.Time) []byte {
-	if s.metaNeeded {
+	if s.metaNeeded && s.metaReady {
 		s.metaNeeded = false
 		s.seq++
 		s.metaSeq, s.metaTime = s.seq, now

@@ -235,15 +235,11 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 		refuse(conn, addr, req, ErrFileTooBig)
 		return nil, fmt.Errorf("%d bytes do not fit a %d-bit descriptor", size, desc.Bits())
 	}
-	csum, err := ChecksumOf(f, size, s.Checksum)
-	if err != nil {
-		refuse(conn, addr, req, ErrUnspecified)
-		return nil, err
-	}
 	ctime := changeTime(fi)
-	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Checksum: csum, Session: req.Session,
+	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Session: req.Session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
-	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, MTU: s.MTU, Timeout: s.Timeout},
+	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, MTU: s.MTU, Timeout: s.Timeout,
+		LateChecksum: func() ([]byte, error) { return ChecksumOf(f, size, s.Checksum) }},
 		f, size, meta, send, in)
 	if err != nil {
 		refuse(conn, addr, req, ErrUnspecified)

@@ -91,6 +91,7 @@ type Summary struct {
 	WireBytesSent       uint64  `json:"wire_bytes_sent"`
 	SRTTMillis          float64 `json:"srtt_ms,omitempty"`
 	FirstPassSeconds    float64 `json:"first_pass_seconds,omitempty"`
+	PacerStallSeconds   float64 `json:"pacer_stall_seconds,omitempty"`
 	Checksum            string  `json:"checksum"`
 	ChecksumOK          bool    `json:"checksum_ok"`
 }
@@ -111,4 +112,5 @@ func (s *Summary) fill(st TransferStats, elapsed time.Duration) {
 	s.WireBytesSent = st.BytesWire
 	s.SRTTMillis = float64(st.SRTT) / float64(time.Millisecond)
 	s.FirstPassSeconds = st.FirstPass.Seconds()
+	s.PacerStallSeconds = st.PacerStall.Seconds()
 }
