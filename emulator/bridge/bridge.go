@@ -45,6 +45,10 @@ const (
 	minFrameSize = 2048 // read buffer size when Options.FrameSize is smaller
 	rxBatch      = 32
 	txBatch      = 64
+	// maxInFlight bounds the frames held in one direction (queue + delay
+	// line), about 512 MiB of buffers: an unshaped link with a long delay
+	// would otherwise grow without limit.
+	maxInFlight = 1 << 18
 )
 
 // Clock returns the time since the emulator started.
@@ -62,6 +66,7 @@ type Dir struct {
 	dl                  *delayLine
 	framesOut, bytesOut atomic.Uint64
 	txErrors            atomic.Uint64
+	overflow            atomic.Uint64
 	late                lateHist
 	in                  Port
 }
@@ -205,6 +210,10 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 			d.lastArrival = t
 			v := d.pl.Arrive(t, sizes[i])
 			if v.Cause != link.None {
+				continue
+			}
+			if d.dl.len() >= maxInFlight {
+				d.overflow.Add(1)
 				continue
 			}
 			d.dl.push(frame{buf: ptrs[i], n: sizes[i], due: v.Depart})
@@ -405,6 +414,7 @@ type DirStats struct {
 	BytesOut       uint64            `json:"bytes_out"`
 	Drops          map[string]uint64 `json:"drops"`
 	TxErrors       uint64            `json:"tx_errors"`
+	Overflow       uint64            `json:"in_flight_overflow"`
 	RxTruncated    uint64            `json:"rx_truncated"`
 	RxKernelDrops  uint64            `json:"rx_kernel_drops"`
 	QueuePackets   int               `json:"queue_packets"`
@@ -450,8 +460,8 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 	s := DirStats{
 		FramesIn: c.FramesIn, BytesIn: c.BytesIn,
 		FramesOut: d.framesOut.Load(), BytesOut: d.bytesOut.Load(),
-		Drops:        map[string]uint64{},
-		TxErrors:     d.txErrors.Load(),
+		Drops:    map[string]uint64{},
+		TxErrors: d.txErrors.Load(), Overflow: d.overflow.Load(),
 		QueuePackets: qp, QueueBytes: qb,
 		QueueHWPackets: c.QueueHWPackets, QueueHWBytes: c.QueueHWBytes,
 		InFlight: d.dl.len(),
