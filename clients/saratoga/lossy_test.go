@@ -18,6 +18,8 @@ type lossyConn struct {
 	// replaces it with 1-(1-ber)^(bits on the wire).
 	drop [5]float64
 	ber  float64
+	// dropFirst[t] drops that many leading frames of type t outright.
+	dropFirst [5]int
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -71,6 +73,10 @@ func (l *lossyConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	}
 	l.sent[t]++
 	drop := l.rng.Float64() < p
+	if l.dropFirst[t] > 0 {
+		l.dropFirst[t]--
+		drop = true
+	}
 	if drop {
 		l.dropped[t]++
 	}

@@ -54,6 +54,9 @@ type serverSession struct {
 	in       chan any
 	done     bool
 	finished time.Time
+	// refusal is the error code a REQUEST was refused with, re-sent if
+	// the client repeats the REQUEST because the refusal was lost.
+	refusal ErrorCode
 }
 
 // recentlyDone is how long a finished transaction id is remembered so a
@@ -111,7 +114,13 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := s.transaction(ctx, root, conn, addr, req, sess.in)
+				rf := func(code ErrorCode) {
+					mu.Lock()
+					sess.refusal = code
+					mu.Unlock()
+					refuse(conn, addr, req, code)
+				}
+				err := s.transaction(ctx, root, conn, addr, req, sess.in, rf)
 				if err != nil {
 					s.failed.Add(1)
 				}
@@ -121,7 +130,15 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 			}()
 			return
 		}
+		var refusal ErrorCode
+		if sess != nil {
+			refusal = sess.refusal
+		}
 		mu.Unlock()
+		if sess != nil && isReq && refusal != ErrSuccess {
+			refuse(conn, addr, req, refusal)
+			return
+		}
 		if sess == nil || sess.done {
 			return
 		}
@@ -176,11 +193,11 @@ func openErrorCode(err error) ErrorCode {
 	return ErrAccessDenied // includes "path escapes from parent" (symlinks)
 }
 
-func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.PacketConn, addr net.Addr, req *Request, in <-chan any) error {
+func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.PacketConn, addr net.Addr, req *Request, in <-chan any, rf func(ErrorCode)) error {
 	name, ok := safeName(req.Path)
 	if !ok {
 		s.logf("session %08x from %v: %q refused: path outside root", req.Session, addr, req.Path)
-		refuse(conn, addr, req, ErrAccessDenied)
+		rf(ErrAccessDenied)
 		return fmt.Errorf("path %q outside root", req.Path)
 	}
 	send := func(b []byte) error {
@@ -194,11 +211,11 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	start := time.Now()
 	switch req.Type {
 	case ReqGet:
-		sum, err = s.serveGet(ctx, root, name, req, send, in, conn, addr)
+		sum, err = s.serveGet(ctx, root, name, req, send, in, rf)
 	case ReqPut:
-		sum, err = s.servePut(ctx, root, name, req, send, in, conn, addr)
+		sum, err = s.servePut(ctx, root, name, req, send, in, rf)
 	default:
-		refuse(conn, addr, req, ErrBadRequest)
+		rf(ErrBadRequest)
 		err = fmt.Errorf("request type %d not supported", req.Type)
 	}
 	if err != nil {
@@ -210,20 +227,20 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	return nil
 }
 
-func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, conn net.PacketConn, addr net.Addr) (*Summary, error) {
+func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, rf func(ErrorCode)) (*Summary, error) {
 	f, err := root.Open(name)
 	if err != nil {
-		refuse(conn, addr, req, openErrorCode(err))
+		rf(openErrorCode(err))
 		return nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		refuse(conn, addr, req, ErrUnspecified)
+		rf(ErrUnspecified)
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() {
-		refuse(conn, addr, req, ErrBadRequest)
+		rf(ErrBadRequest)
 		return nil, fmt.Errorf("%s is not a regular file", name)
 	}
 	size := uint64(fi.Size())
@@ -232,7 +249,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 		desc = DescriptorFor(size)
 	}
 	if size > desc.Max() {
-		refuse(conn, addr, req, ErrFileTooBig)
+		rf(ErrFileTooBig)
 		return nil, fmt.Errorf("%d bytes do not fit a %d-bit descriptor", size, desc.Bits())
 	}
 	ctime := changeTime(fi)
@@ -242,7 +259,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 		LateChecksum: func() ([]byte, error) { return ChecksumOf(f, size, s.Checksum) }},
 		f, size, meta, send, in)
 	if err != nil {
-		refuse(conn, addr, req, ErrUnspecified)
+		rf(ErrUnspecified)
 		return nil, err
 	}
 	start := time.Now()
@@ -256,17 +273,17 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 	return sum, nil
 }
 
-func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, conn net.PacketConn, addr net.Addr) (*Summary, error) {
+func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, rf func(ErrorCode)) (*Summary, error) {
 	if fi, err := root.Lstat(name); err == nil && !fi.Mode().IsRegular() {
 		// Never write through a symlink or over a directory.
-		refuse(conn, addr, req, ErrAccessDenied)
+		rf(ErrAccessDenied)
 		return nil, fmt.Errorf("%s exists and is not a regular file", name)
 	}
 	dir, base := path.Split(name)
 	tmp := fmt.Sprintf("%s.%s.saratoga-%08x.part", dir, base, req.Session)
 	f, err := root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		refuse(conn, addr, req, openErrorCode(err))
+		rf(openErrorCode(err))
 		return nil, err
 	}
 	keep := false

@@ -329,3 +329,64 @@ func TestMalformedDropped(t *testing.T) {
 		t.Fatalf("malformed count %d, want >= %d", n, len(garbage)-1)
 	}
 }
+
+// TestRefusalRepeated loses the server's first refusal: the client's
+// repeated REQUEST must get the same error code again.
+func TestRefusalRepeated(t *testing.T) {
+	ts := startServer(t, &Server{Root: t.TempDir(), RateBPS: 10e6, AutoDescriptor: true, Timeout: 5 * time.Second}, impair{seed: 1})
+	ts.conn.mu.Lock()
+	ts.conn.dropFirst[TypeStatus] = 1
+	ts.conn.mu.Unlock()
+	_, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 4 * time.Second}, "missing", filepath.Join(t.TempDir(), "o"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != ErrFileNotFound {
+		t.Fatalf("err = %v, want remote file-not-found", err)
+	}
+	if sent, dropped := ts.conn.counts(); sent[TypeStatus] < 2 || dropped[TypeStatus] != 1 {
+		t.Fatalf("status frames sent %d dropped %d", sent[TypeStatus], dropped[TypeStatus])
+	}
+}
+
+// TestConcurrentSessions runs several gets and puts against one server at
+// the same time.
+func TestConcurrentSessions(t *testing.T) {
+	root := t.TempDir()
+	im := impair{seed: 21, delay: 2 * time.Millisecond, dropData: 0.05, dropState: 0.05}
+	ts := startServer(t, &Server{Root: root, RateBPS: 40e6, AutoDescriptor: true, Checksum: CsumSHA1,
+		Timeout: 10 * time.Second, Linger: 500 * time.Millisecond}, im)
+	const n = 3
+	wants := make([][]byte, n)
+	for i := range n {
+		wants[i] = writeRandom(t, filepath.Join(root, "g"+string(rune('0'+i))), 500_000+i*1000, uint64(i))
+	}
+	local := filepath.Join(t.TempDir(), "p")
+	putWant := writeRandom(t, local, 700_000, 99)
+	errs := make(chan error, n+1)
+	outs := make([]string, n)
+	for i := range n {
+		outs[i] = filepath.Join(t.TempDir(), "o")
+		go func() {
+			_, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 10 * time.Second,
+				Conn: testClientConn(t, impair{seed: uint64(30 + i), dropData: 0.05, dropState: 0.05})},
+				"g"+string(rune('0'+i)), outs[i])
+			errs <- err
+		}()
+	}
+	go func() {
+		_, err := Put(context.Background(), ClientConfig{Server: ts.addr, RateBPS: 40e6, Timeout: 10 * time.Second,
+			Checksum: CsumMD5, AutoDescriptor: true}, local, "put.bin")
+		errs <- err
+	}()
+	for range n + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		sameFile(t, outs[i], wants[i])
+	}
+	sameFile(t, filepath.Join(root, "put.bin"), putWant)
+	if st := ts.srv.Stats(); st.Sessions != n+1 || st.Failed != 0 {
+		t.Fatalf("server stats %+v", st)
+	}
+}
