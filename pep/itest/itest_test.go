@@ -141,6 +141,7 @@ type snapshot struct {
 	Splitting         bool   `json:"splitting"`
 	ResetsPropagated  int64  `json:"resets_propagated"`
 	ConnectFailed     int64  `json:"connections_connect_failed"`
+	OverflowPauses    int64  `json:"overflow_pauses"`
 }
 
 func stats(t *testing.T, n *netns.PEPNode) snapshot {
@@ -570,24 +571,18 @@ func TestOverflowPassthrough(t *testing.T) {
 	}
 	ping(t, c, "unsplit")
 	c.Close()
-	var out struct {
-		Split  int64 `json:"connections_split"`
-		Pauses int64 `json:"overflow_pauses"`
-	}
-	raw, _, _ := b.nodes[0].Call("stats")
-	json.Unmarshal([]byte(raw), &out)
-	if out.Split != 2 || out.Pauses < 1 {
-		t.Fatalf("while full: stats %s", raw)
-	}
-	if msg, _, err := b.nodes[0].Call("health"); err == nil {
-		t.Fatalf("health reports %q while paused", msg)
+	waitStats(t, b.nodes[0], "two split connections and a pause", func(s snapshot) bool {
+		return s.ConnectionsSplit == 2 && s.OverflowPauses >= 1
+	})
+	if msg, _, err := b.nodes[0].Call("health"); err != nil || !strings.Contains(msg, "full") {
+		t.Fatalf("health while full: %q, %v", msg, err)
 	}
 	// Free capacity: pepd listens again and splits new connections.
 	for _, h := range held {
 		h.Close()
 	}
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, err := b.nodes[0].Call("health"); err == nil {
+		if raw, _, _ := b.nodes[0].Call("stats"); strings.Contains(raw, `"listening":true`) {
 			break
 		}
 		if time.Now().After(end) {
@@ -652,4 +647,103 @@ func TestStopDrainsThenResets(t *testing.T) {
 	if rules, _ := netns.Exec(b.nodes[0].NS, "nft", "list", "ruleset"); strings.TrimSpace(rules) != "" {
 		t.Fatalf("rules left: %s", rules)
 	}
+}
+
+// TestHalfCloseTimeout: a client that sent its FIN and a server that
+// neither answers nor closes are both reset after half_close_timeout.
+func TestHalfCloseTimeout(t *testing.T) {
+	b := newBed(t, testOpts+" half_close_timeout=1", "pepd")
+	ln := b.listen(t, 7)
+	srv := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			srv <- nil
+			return
+		}
+		io.ReadAll(c) // up to the client's FIN, then stay silent
+		srv <- c
+	}()
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("bye"))
+	c.CloseWrite()
+	s := <-srv
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+	start := time.Now()
+	if err := readUntilErr(c); !isReset(err) {
+		t.Fatalf("client: want reset, got %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("reset after %v", d)
+	}
+	s.SetWriteDeadline(time.Now().Add(3 * time.Second))
+	var err2 error
+	for i := 0; i < 50 && err2 == nil; i++ {
+		_, err2 = s.Write([]byte("late"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !isReset(err2) {
+		t.Fatalf("server: want reset, got %v", err2)
+	}
+}
+
+// TestResetStorm: many connections aborted at once by the clients; pepd
+// must end every relay, keep running and still split new connections.
+func TestResetStorm(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	go echoServer(b.listen(t, 7))
+	const n = 300
+	conns := make([]*net.TCPConn, 0, n)
+	for i := 0; i < n; i++ {
+		c, err := b.dial(t, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, c, "x")
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		go func() {
+			c.SetLinger(0)
+			c.Close()
+		}()
+	}
+	for _, nd := range b.nodes {
+		waitStats(t, nd, "all relays ended", func(s snapshot) bool {
+			return s.ConnectionsActive == 0 && s.ConnectionsSplit == n
+		})
+	}
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "still alive")
+}
+
+// TestConnectTimeout: the server host silently drops the SYNs; the
+// client is reset once connect_timeout expires, not left hanging.
+func TestConnectTimeout(t *testing.T) {
+	b := newBed(t, testOpts+" connect_timeout=1", "pepd")
+	if _, err := netns.Exec(b.chain.ClientB, "nft", "add table ip blackhole; add chain ip blackhole in { type filter hook input priority 0; }; add rule ip blackhole in tcp dport 81 drop"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c, err := b.dial(t, 81)
+	if err == nil {
+		err = readUntilErr(c)
+	}
+	took := time.Since(start)
+	if !isReset(err) {
+		t.Fatalf("want reset, got %v after %v", err, took)
+	}
+	if took < 900*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("reset after %v, want about connect_timeout=1s", took)
+	}
+	waitStats(t, b.nodes[0], "a failed connect", func(s snapshot) bool { return s.ConnectFailed == 1 })
 }
