@@ -213,7 +213,10 @@ func (r *receiver) handle(f any) error {
 			r.sendStatus(nil, ErrSuccess)
 		}
 	case *Status:
-		if v.Session == r.cfg.Session && v.Error != ErrSuccess {
+		if v.Session != r.cfg.Session {
+			return nil
+		}
+		if v.Error != ErrSuccess {
 			return &RemoteError{Code: v.Error}
 		}
 		r.heard, r.lastHeard = true, now
