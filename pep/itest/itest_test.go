@@ -747,3 +747,55 @@ func TestConnectTimeout(t *testing.T) {
 	}
 	waitStats(t, b.nodes[0], "a failed connect", func(s snapshot) bool { return s.ConnectFailed == 1 })
 }
+
+// ssLine returns the `ss -tinm` entry (both lines) of the PEP socket whose
+// local address is local and peer is peer.
+func ssLine(t *testing.T, ns, local, peer string) string {
+	t.Helper()
+	out, err := netns.Exec(ns, "ss", "-tinmH", "state", "established")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) >= 4 && f[2] == local && f[3] == peer && i+1 < len(lines) {
+			return l + " " + lines[i+1]
+		}
+	}
+	t.Fatalf("no socket %s -> %s in:\n%s", local, peer, out)
+	return ""
+}
+
+// TestWANTuning: WAN-facing sockets get the WAN congestion control, MSS
+// and BDP buffer; LAN-facing ones the LAN settings.
+func TestWANTuning(t *testing.T) {
+	// 8 Mbit/s x 600 ms x 2 = 1.2 MB (newBed passes 100 Mbit/s, 10 ms:
+	// 100e6/8 x 0.01 x 2 = 250 kB, so set the buffer explicitly too).
+	b := newBed(t, testOpts+" cc=bbr lan_cc=reno mss=1200 wan_buf=1200000", "pepd")
+	go echoServer(b.listen(t, 7))
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c, "tuned?")
+	client := c.LocalAddr().String()
+	server := netns.AddrB + ":7"
+	ns := b.nodes[0].NS
+	lanSock := ssLine(t, ns, server, client) // accepted from client A: LAN-facing
+	wanSock := ssLine(t, ns, client, server) // upstream towards B: WAN-facing
+	t.Logf("WAN-facing: %s", wanSock)
+	t.Logf("LAN-facing: %s", lanSock)
+	if !strings.Contains(wanSock, " bbr ") || !strings.Contains(lanSock, " reno ") {
+		t.Fatalf("congestion control:\nWAN %s\nLAN %s", wanSock, lanSock)
+	}
+	if !strings.Contains(wanSock, "rb2400000") || !strings.Contains(wanSock, "tb2400000") {
+		t.Fatalf("WAN buffers (kernel doubles 1.2 MB): %s", wanSock)
+	}
+	if strings.Contains(lanSock, "rb2400000") {
+		t.Fatalf("LAN socket got the WAN buffer: %s", lanSock)
+	}
+	if !strings.Contains(wanSock, "mss:1200") && !strings.Contains(wanSock, "mss:1188") {
+		t.Fatalf("WAN MSS: %s", wanSock)
+	}
+}
