@@ -52,7 +52,6 @@ type clientConn struct {
 	in     chan any
 	bad    atomic.Uint64
 	wg     sync.WaitGroup
-	closed bool
 }
 
 func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {

@@ -182,19 +182,24 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 			sumCh <- sumResult{b, err}
 		}()
 	}
+	gotSum := func(r sumResult) {
+		sumCh = nil
+		if r.err != nil {
+			s.err = fmt.Errorf("sender: checksum: %w", r.err)
+			return
+		}
+		s.md.Checksum = r.sum
+		mb, err := s.md.Append(nil)
+		if err != nil {
+			s.err = fmt.Errorf("sender: %w", err)
+			return
+		}
+		s.meta, s.metaReady = mb, true
+	}
 	for {
 		select {
 		case r := <-sumCh:
-			sumCh = nil
-			if r.err != nil {
-				return s.stats, fmt.Errorf("sender: checksum: %w", r.err)
-			}
-			s.md.Checksum = r.sum
-			mb, err := s.md.Append(nil)
-			if err != nil {
-				return s.stats, fmt.Errorf("sender: %w", err)
-			}
-			s.meta, s.metaReady = mb, true
+			gotSum(r)
 		default:
 		}
 		s.drain()
@@ -218,6 +223,8 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 				return s.stats, ctx.Err()
 			case f := <-s.in:
 				s.handle(f)
+			case r := <-sumCh:
+				gotSum(r)
 			case <-timer.C:
 			}
 			pace.refill(s.cfg.Now(), false)
