@@ -314,6 +314,38 @@ pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}
 """
 
 
+def gallery_html(out: str, items: list[dict]) -> list[str]:
+    """Per cell: the zoomed time-sequence graphs (the study's view) embedded,
+    every other graph and the cell's own report linked. Beyond
+    MAX_EMBEDDED_GRAPHS images, everything is linked."""
+    parts = ["<h2>Time-sequence graphs</h2>"]
+    if not items:
+        return parts + ["<p>No cell left analysis graphs (captures off, ping cells, or no tcptrace).</p>"]
+    parts.append("<p>Zoomed time-sequence graphs per vantage point (lan_a: Client A's port; wan: the "
+                 "satellite side; lan_b: Client B's port); the other graphs and each cell's report are linked."
+                 "</p>")
+    embedded = 0
+    for it in items:
+        r, p = it["row"], it["row"].params
+        cell = os.path.join(out, "cells", r.hash)
+        label = f"{p['client']} / {p['pep']}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, repetition {r.repetition}"
+        links = [f"<a href='cells/{r.hash}/report.html'>cell report</a>"] if it["report"] else []
+        shown = [g for g in it["pngs"] if os.path.basename(g).startswith("tsg_window")] or it["pngs"][:1]
+        figures = []
+        for png in it["pngs"]:
+            rel = os.path.relpath(png, out)
+            name = os.path.relpath(png, cell)
+            if png in shown and embedded < MAX_EMBEDDED_GRAPHS:
+                figures.append(f"<figure><img alt='{html.escape(rel)}' src='data:image/png;base64,"
+                               f"{_png_data(png)}'><figcaption>{html.escape(name)}</figcaption></figure>")
+                embedded += 1
+            else:
+                links.append(f"<a href='{html.escape(rel)}'>{html.escape(name)}</a>")
+        parts.append(f"<h3>{html.escape(label)}</h3><div class='gallery'>{''.join(figures)}</div>"
+                     f"<p class='caption'>{' · '.join(links)}</p>")
+    return parts
+
+
 def build(out: str) -> str:
     """Write DIR/report.html, DIR/results.csv and DIR/charts/*.png; returns the report path."""
     db = os.path.join(out, "results.sqlite")
@@ -371,30 +403,7 @@ def build(out: str) -> str:
     parts.append(_table(["cell", "client", "PEP", "RTT ms", "BER", "size", "rep", "status", "goodput Mbit/s",
                          "seconds", "error"], body, raw=True))
 
-    items = gallery(out, rows)
-    parts.append("<h2>Time-sequence graphs</h2>")
-    if not items:
-        parts.append("<p>No cell left analysis graphs (captures off, ping cells, or no tcptrace).</p>")
-    embedded = 0
-    parts.append("<div class='gallery'>")
-    for it in items:
-        r, p = it["row"], it["row"].params
-        label = (f"{p['client']} / {p['pep']}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, "
-                 f"#{r.repetition}")
-        link = f" (<a href='cells/{r.hash}/report.html'>cell report</a>)" if it["report"] else ""
-        for png in it["pngs"]:
-            rel = os.path.relpath(png, out)
-            cap = f"{html.escape(label)}: {html.escape(os.path.relpath(png, os.path.join(out, 'cells', r.hash)))}"
-            if embedded < MAX_EMBEDDED_GRAPHS:
-                parts.append(f"<figure><img alt='{html.escape(rel)}' src='data:image/png;base64,{_png_data(png)}'>"
-                             f"<figcaption>{cap}{link}</figcaption></figure>")
-                embedded += 1
-            else:
-                parts.append(f"<figure><figcaption><a href='{html.escape(rel)}'>{cap}</a>{link}"
-                             f"</figcaption></figure>")
-        if not it["pngs"]:
-            parts.append(f"<figure><figcaption>{html.escape(label)}{link}</figcaption></figure>")
-    parts.append("</div>")
+    parts.extend(gallery_html(out, gallery(out, rows)))
 
     parts.append("<h2>Environment</h2><pre>" +
                  html.escape(json.dumps(environment(out, rows, runs), indent=2, sort_keys=True, default=str)) +
