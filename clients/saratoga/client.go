@@ -46,12 +46,12 @@ func (c *ClientConfig) defaults() {
 
 // clientConn is one client session's socket plus its reader goroutine.
 type clientConn struct {
-	conn   net.PacketConn
-	own    bool
-	peer   net.Addr
-	in     chan any
-	bad    atomic.Uint64
-	wg     sync.WaitGroup
+	conn net.PacketConn
+	own  bool
+	peer net.Addr
+	in   chan any
+	bad  atomic.Uint64
+	wg   sync.WaitGroup
 }
 
 func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
