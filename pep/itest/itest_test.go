@@ -453,8 +453,18 @@ func TestStopLeavesNoRules(t *testing.T) {
 	if out, _, err := n.Call("health"); err != nil {
 		t.Fatalf("health after start: %v: %s", err, out)
 	}
-	if during := ruleState(t, n.NS); during == before {
+	during := ruleState(t, n.NS)
+	if during == before {
 		t.Fatal("start installed no rules")
+	}
+	// A crashed daemon (no stop) must not leave start with duplicate rules.
+	n.Kill()
+	time.Sleep(200 * time.Millisecond)
+	if _, stderr, err := n.Call("start"); err != nil {
+		t.Fatalf("start after crash: %v: %s", err, stderr)
+	}
+	if again := ruleState(t, n.NS); again != during {
+		t.Fatalf("rules after crash+start differ:\nfirst:\n%s\nsecond:\n%s", during, again)
 	}
 	for i := 0; i < 2; i++ { // stop is idempotent
 		if _, stderr, err := n.Call("stop"); err != nil {

@@ -62,6 +62,8 @@ intercept_setup() {
 	for dev in "$br" "$lan" "$wan"; do
 		ip link show dev "$dev" >/dev/null 2>&1 || { _icpt_err "intercept: interface '$dev' not found"; return 1; }
 	done
+	# Leftovers of a run that died without stop would duplicate rules.
+	intercept_teardown "$br"
 	mac=$(_icpt_mac "$br")
 	[ -n "$mac" ] || { _icpt_err "intercept: cannot read MAC address of bridge '$br'"; return 1; }
 	: >>"$INTERCEPT_SAVE" || { _icpt_err "intercept: cannot write $INTERCEPT_SAVE"; return 1; }
