@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -61,7 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ctl, "control", "", "unix control socket path (optional)")
 	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
-	fs.IntVar(&o.spinUs, "spin-us", 100, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
+	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
 	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
@@ -111,6 +112,12 @@ func run(args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	// The two transmit goroutines sit on their own threads and need a P the
+	// moment their sleep ends; two extra Ps keep them from queueing behind
+	// the receive loops for one.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(runtime.NumCPU() + 2)
 	}
 	cfg, err := config.Load(o.cfg)
 	if err != nil {
