@@ -47,7 +47,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
-                                      "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds") if k in result}
+                                      "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds",
+                                      "keystrokes", "keystroke_ms_avg", "keystroke_ms_p50") if k in result}
     print(json.dumps(summary, sort_keys=True))
     return 0 if result.get("integrity", "ok") == "ok" else 1
 
