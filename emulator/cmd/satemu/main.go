@@ -119,6 +119,9 @@ func run(args []string, stderr io.Writer) error {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(runtime.NumCPU() + 2)
 	}
+	// Catch signals from the start so a stop during setup still ends cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	cfg, err := config.Load(o.cfg)
 	if err != nil {
 		return usageError{err}
@@ -168,8 +171,6 @@ func run(args []string, stderr io.Writer) error {
 		return usageError{err}
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
