@@ -70,22 +70,21 @@ class ImageSpec:
         return f"{REPO}/{self.name}"
 
 
+# Files every PEP image takes from the repository.
+PEP_FILES = ("pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh")
+
 IMAGES: tuple[ImageSpec, ...] = (
     ImageSpec("base", "docker/base/Dockerfile", ("docker/base/Dockerfile", "docker/base/apt"), None),
     ImageSpec("host", "clients/Dockerfile", ("clients/Dockerfile", "bin/saratoga")),
     ImageSpec("emulator", "emulator/Dockerfile",
               ("emulator/Dockerfile", "bin/satemu", "docker/emulator-entrypoint.sh", "docker/wait-ports.sh")),
-    ImageSpec("pep-none", "pep/images/none/Dockerfile",
-              ("pep/images/none/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh")),
-    ImageSpec("pep-pepd", "pep/images/pepd/Dockerfile",
-              ("pep/images/pepd/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh", "bin/pepd")),
+    ImageSpec("pep-none", "pep/images/none/Dockerfile", ("pep/images/none/Dockerfile", *PEP_FILES)),
+    ImageSpec("pep-pepd", "pep/images/pepd/Dockerfile", ("pep/images/pepd/Dockerfile", *PEP_FILES, "bin/pepd")),
     ImageSpec("pep-pepsal", "pep/images/pepsal/Dockerfile",
-              ("pep/images/pepsal/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh",
-               "pep/images/pepsal/pepsal"),
+              ("pep/images/pepsal/Dockerfile", *PEP_FILES, "pep/images/pepsal/pepsal"),
               requires=("pep/images/pepsal/pepsal",), build_args=("PEPSAL_DEBS",)),
     ImageSpec("pep-scps", "pep/images/scps/Dockerfile",
-              ("pep/images/scps/Dockerfile", "pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh",
-               "pep/images/scps/gateway"),
+              ("pep/images/scps/Dockerfile", *PEP_FILES, "pep/images/scps/gateway"),
               requires=("pep/images/scps/gateway",), build_args=("SCPS_DEBS",)),
 )
 

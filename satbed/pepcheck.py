@@ -209,8 +209,9 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
         try:
             stats = json.loads(cp.stdout)
             ok = isinstance(stats, dict) and "name" in stats
-            report.add("stats", ok, f"name={stats.get('name')}, connections_split="
-                                     f"{stats.get('connections_split', 'absent')}" if ok else "no name field")
+            detail = (f"name={stats.get('name')}, connections_split={stats.get('connections_split', 'absent')}"
+                      if ok else "no name field")
+            report.add("stats", ok, detail)
         except ValueError:
             report.add("stats", False, f"not JSON: {(cp.stdout or cp.stderr).strip()[:120]}")
 
