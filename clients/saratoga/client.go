@@ -16,6 +16,7 @@ import (
 type ClientConfig struct {
 	Server  string        // host:port of the Saratoga server
 	RateBPS int64         // pacing rate when this side sends (put)
+	Burst   time.Duration // pacer token-bucket depth; 0 means DefaultBurst
 	Timeout time.Duration // inactivity timeout
 	MTU     int           // 0 means DefaultMTU
 	// Checksum is the METADATA checksum a put sends (get uses the server's).
@@ -218,7 +219,7 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
 		return nil, describe("put", remote, err)
 	}
-	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, MTU: cfg.MTU, Timeout: cfg.Timeout},
+	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, MTU: cfg.MTU, Timeout: cfg.Timeout},
 		f, size, meta, cc.send, cc.in)
 	if err != nil {
 		return nil, describe("put", remote, err)

@@ -6,8 +6,10 @@ import "time"
 // configured rate (link-layer framing is not counted).
 const WireOverhead = 20 + 8
 
-// pacerBurst is the token-bucket depth in time at the configured rate.
-const pacerBurst = 30 * time.Millisecond
+// DefaultBurst is the default token-bucket depth, in time at the
+// configured rate: how much sending time lost to scheduling delays the
+// sender may make up with a burst.
+const DefaultBurst = 100 * time.Millisecond
 
 // pacer is a token bucket in bits. The sender has no congestion control:
 // it transmits at exactly this rate, and the bucket depth only absorbs
@@ -36,13 +38,14 @@ func (p *pacer) refill(now time.Time, busy bool) {
 	p.tokens, p.last = t, now
 }
 
-func newPacer(rateBPS int64, frameBytes int, now time.Time) *pacer {
+func newPacer(rateBPS int64, frameBytes int, depth time.Duration, now time.Time) *pacer {
 	r := float64(rateBPS)
-	// Credit for 30 ms (at least 4 frames) lets the sender catch up after
+	// Credit for depth (at least 4 frames) lets the sender catch up after
 	// the scheduler delays it, so the long-run rate holds on a loaded host.
-	// The resulting burst (30 KB at 8 Mbit/s) is well inside the 128 KB
-	// cburst of the test bed's HTB link.
-	burst := max(4*float64(frameBytes+WireOverhead)*8, r*pacerBurst.Seconds())
+	// On an idle host credit never builds up and frames leave evenly
+	// spaced; the worst burst at the default (100 KB at 8 Mbit/s) is inside
+	// the 128 KB cburst of the test bed's HTB link.
+	burst := max(4*float64(frameBytes+WireOverhead)*8, r*depth.Seconds())
 	return &pacer{rate: r, burst: burst, tokens: float64(frameBytes+WireOverhead) * 8, last: now}
 }
 

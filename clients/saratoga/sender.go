@@ -42,6 +42,7 @@ type senderConfig struct {
 	Session    uint32
 	Descriptor Descriptor
 	RateBPS    int64
+	Burst      time.Duration // token-bucket depth; 0 means DefaultBurst
 	MTU        int           // IP MTU the frames must fit
 	Timeout    time.Duration // give up after this long without a STATUS
 	// ReqEvery and ReqInterval bound how often DATA asks for a STATUS.
@@ -106,6 +107,9 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultBurst
+	}
 	if cfg.ReqEvery <= 0 {
 		cfg.ReqEvery = 32
 	}
@@ -167,7 +171,7 @@ func (s *sender) staleAfter() time.Duration {
 func (s *sender) run(ctx context.Context) (TransferStats, error) {
 	now := s.cfg.Now()
 	s.start, s.lastHeard, s.lastReqTime = now, now, now
-	pace := newPacer(s.cfg.RateBPS, s.cfg.MTU-WireOverhead, now)
+	pace := newPacer(s.cfg.RateBPS, s.cfg.MTU-WireOverhead, s.cfg.Burst, now)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	type sumResult struct {

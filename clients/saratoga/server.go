@@ -21,7 +21,8 @@ import (
 // all share the listening socket.
 type Server struct {
 	Root           string
-	RateBPS        int64 // pacing rate of each get transfer
+	RateBPS        int64         // pacing rate of each get transfer
+	Burst          time.Duration // pacer token-bucket depth; 0 means DefaultBurst
 	Descriptor     Descriptor
 	AutoDescriptor bool // narrowest descriptor that fits each file
 	Checksum       ChecksumType
@@ -255,7 +256,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 	ctime := changeTime(fi)
 	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Session: req.Session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
-	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, MTU: s.MTU, Timeout: s.Timeout,
+	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, Burst: s.Burst, MTU: s.MTU, Timeout: s.Timeout,
 		LateChecksum: func() ([]byte, error) { return ChecksumOf(f, size, s.Checksum) }},
 		f, size, meta, send, in)
 	if err != nil {

@@ -78,6 +78,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	root := fs.String("root", "", "directory to serve (required)")
 	listen := fs.String("listen", fmt.Sprintf(":%d", saratoga.Port), "UDP address to listen on")
 	rate := fs.Int64("rate", 8_000_000, "sending rate of each get transfer, bits/s of IP packets")
+	burst := fs.Duration("burst", saratoga.DefaultBurst, "pacer credit: sending time a delayed sender may make up in one burst")
 	desc := fs.String("descriptor", "auto", "offset width: 16, 32, 64 or auto (narrowest that fits)")
 	csum := fs.String("checksum", "md5", "METADATA checksum: md5, sha1, crc32 or none")
 	timeout := fs.Duration("timeout", 30*time.Second, "per-session inactivity timeout")
@@ -103,7 +104,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer conn.Close()
 	saratoga.SetSocketBuffers(conn, 4<<20)
-	srv := &saratoga.Server{Root: *root, RateBPS: *rate, Descriptor: d, AutoDescriptor: auto, Checksum: c,
+	srv := &saratoga.Server{Root: *root, RateBPS: *rate, Burst: *burst, Descriptor: d, AutoDescriptor: auto, Checksum: c,
 		Timeout: *timeout, MTU: *mtu, Linger: 5 * time.Second}
 	if !*quiet {
 		srv.Log = log.New(stderr, "saratoga: ", log.LstdFlags|log.LUTC)
@@ -120,6 +121,7 @@ func transfer(ctx context.Context, op string, args []string, stdout, stderr io.W
 	out := fs.String("out", "", "get: local output path (required)")
 	name := fs.String("name", "", "put: remote name (default: base name of -file)")
 	rate := fs.Int64("rate", 8_000_000, "put: sending rate, bits/s of IP packets")
+	burst := fs.Duration("burst", saratoga.DefaultBurst, "put: pacer credit a delayed sender may make up in one burst")
 	timeout := fs.Duration("timeout", 30*time.Second, "inactivity timeout")
 	desc := fs.String("descriptor", "auto", "put: offset width 16, 32, 64 or auto")
 	csum := fs.String("checksum", "md5", "put: METADATA checksum md5, sha1, crc32 or none")
@@ -138,7 +140,7 @@ func transfer(ctx context.Context, op string, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	cfg := saratoga.ClientConfig{Server: *server, RateBPS: *rate, Timeout: *timeout, MTU: *mtu,
+	cfg := saratoga.ClientConfig{Server: *server, RateBPS: *rate, Burst: *burst, Timeout: *timeout, MTU: *mtu,
 		Checksum: c, Descriptor: d, AutoDescriptor: auto, Linger: time.Second}
 	var sum *saratoga.Summary
 	if op == "get" {
