@@ -44,6 +44,7 @@ func main() {
 	hold := flag.Int("conns", 10000, "concurrent connections to hold through pepd")
 	setup := flag.Duration("setup", 3*time.Second, "duration of the setup-rate measurement")
 	opts := flag.String("opts", "", "extra pepd options (SATBED_PEP_OPTS)")
+	shape := flag.String("shape", "", "if set (e.g. 200mbit), an HTB rate on pepA's WAN port, so the link and not the CPU is the bottleneck")
 	serve := flag.Bool("serve", false, "internal: run the servers (used inside client B's namespace)")
 	flag.Parse()
 	if *serve {
@@ -53,13 +54,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*adapters, *binDir, *opts, *dur, *flows, *hold, *setup); err != nil {
+	if err := run(*adapters, *binDir, *opts, *shape, *dur, *flows, *hold, *setup); err != nil {
 		fmt.Fprintf(os.Stderr, "pepbench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(adapters, binDir, opts string, dur time.Duration, flows, hold int, setup time.Duration) error {
+func run(adapters, binDir, opts, shape string, dur time.Duration, flows, hold int, setup time.Duration) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root")
 	}
@@ -109,6 +110,18 @@ func run(adapters, binDir, opts string, dur time.Duration, flows, hold int, setu
 			return err
 		}
 	}
+	if shape != "" {
+		// Egress of pepA's WAN port carries A->B data in both modes.
+		for _, args := range [][]string{
+			{"tc", "qdisc", "add", "dev", netns.WAN, "root", "handle", "1:", "htb", "default", "10"},
+			{"tc", "class", "add", "dev", netns.WAN, "parent", "1:", "classid", "1:10", "htb", "rate", shape},
+		} {
+			if _, err := netns.Exec(chain.PEPs[0], args...); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("link shaped to %s (HTB on pepA's WAN port)\n", shape)
+	}
 	stopServers, err := b.servers()
 	if err != nil {
 		return err
@@ -126,7 +139,15 @@ func run(adapters, binDir, opts string, dur time.Duration, flows, hold int, setu
 			return err
 		}
 		var r result
+		cpu0 := b.cpuTimes()
 		if r.one, err = b.throughput(1, dur); err == nil {
+			if mode == "pepd" {
+				cpu1 := b.cpuTimes()
+				for i := range cpu1 {
+					fmt.Printf("pepd %s CPU during the 1-flow point: user %.2fs sys %.2fs\n",
+						b.nodes[i].Role, cpu1[i][0]-cpu0[i][0], cpu1[i][1]-cpu0[i][1])
+				}
+			}
 			if r.many, err = b.throughput(flows, dur); err == nil {
 				r.setup, err = b.setupRate(setup, 16)
 			}
@@ -464,6 +485,34 @@ func field(js, key string) string {
 		return rest[:j]
 	}
 	return rest
+}
+
+// cpuTimes returns user and system CPU seconds of each running pepd.
+func (b *bench) cpuTimes() [][2]float64 {
+	out := make([][2]float64, len(b.nodes))
+	for i, nd := range b.nodes {
+		pid, err := os.ReadFile(filepath.Join(nd.StateDir, "pepd.pid"))
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command: utime and stime are
+		// the 12th and 13th, in clock ticks (100 per second on Linux).
+		rest := string(st)
+		if j := strings.LastIndexByte(rest, ')'); j >= 0 {
+			rest = rest[j+2:]
+		}
+		f := strings.Fields(rest)
+		if len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			s, _ := strconv.ParseFloat(f[12], 64)
+			out[i] = [2]float64{u / 100, s / 100}
+		}
+	}
+	return out
 }
 
 func rssKB(nd *netns.PEPNode) (int64, error) {
