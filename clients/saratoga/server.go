@@ -29,6 +29,7 @@ type Server struct {
 	Timeout        time.Duration // per-session inactivity timeout
 	MTU            int
 	Linger         time.Duration // how long a finished put keeps answering
+	MaxSessions    int           // concurrent transactions; 0 means 64
 	Log            *log.Logger   // nil discards
 
 	malformed atomic.Uint64
@@ -79,6 +80,9 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	if s.Timeout <= 0 {
 		s.Timeout = 30 * time.Second
 	}
+	if s.MaxSessions <= 0 {
+		s.MaxSessions = 64
+	}
 	if s.RateBPS <= 0 {
 		return errors.New("server: rate must be positive")
 	}
@@ -103,10 +107,20 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 		req, isReq := f.(*Request)
 		if sess == nil && isReq {
 			now := time.Now()
+			active := 0
 			for k, v := range sessions {
 				if v.done && now.Sub(v.finished) > recentlyDone {
 					delete(sessions, k)
+				} else if !v.done {
+					active++
 				}
+			}
+			if active >= s.MaxSessions {
+				// Not remembered: a retry may find a free slot.
+				mu.Unlock()
+				s.logf("session %08x from %v refused: %d sessions active", req.Session, addr, active)
+				refuse(conn, addr, req, ErrCantSend)
+				return
 			}
 			sess = &serverSession{in: make(chan any, 8192)}
 			sessions[key] = sess

@@ -390,3 +390,28 @@ func TestConcurrentSessions(t *testing.T) {
 		t.Fatalf("server stats %+v", st)
 	}
 }
+
+// TestMaxSessions fills the server's only slot with a slow get, and checks a
+// second request is refused rather than queued.
+func TestMaxSessions(t *testing.T) {
+	root := t.TempDir()
+	writeRandom(t, filepath.Join(root, "big"), 2<<20, 1)
+	ts := startServer(t, &Server{Root: root, RateBPS: 1e6, AutoDescriptor: true, Timeout: 3 * time.Second, MaxSessions: 1}, impair{seed: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 3 * time.Second}, "big", filepath.Join(t.TempDir(), "o1"))
+		first <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	_, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 3 * time.Second}, "big", filepath.Join(t.TempDir(), "o2"))
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != ErrCantSend {
+		t.Fatalf("err = %v, want remote cannot-send", err)
+	}
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first get: %v", err)
+	}
+}
