@@ -33,7 +33,8 @@ type bench struct {
 	binDir   string
 	opts     string
 	nodes    []*netns.PEPNode // PEPs of the current mode
-	sent     atomic.Int64     // bytes written by the bulk senders
+	srvIn    io.WriteCloser   // commands to the server process
+	srvOut   *bufio.Reader    // its answers
 }
 
 func main() {
@@ -221,12 +222,28 @@ func (b *bench) servers() (func(), error) {
 		stdin.Close()
 		cmd.Wait()
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	rd := bufio.NewReader(stdout)
+	line, err := rd.ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
 		stop()
 		return nil, fmt.Errorf("server process did not start: %q %v", line, err)
 	}
+	b.srvIn, b.srvOut = stdin, rd
 	return stop, nil
+}
+
+// received asks the server process how many bytes its sink has read.
+// Throughput is counted there: counted at the sender, a PEP's buffers
+// (megabytes per leg) would be reported as throughput.
+func (b *bench) received() (int64, error) {
+	if _, err := io.WriteString(b.srvIn, "count\n"); err != nil {
+		return 0, err
+	}
+	line, err := b.srvOut.ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(line), 10, 64)
 }
 
 // runServers is the -serve mode: serve until stdin closes.
@@ -244,6 +261,7 @@ func runServers() error {
 	if err != nil {
 		return err
 	}
+	var sunk atomic.Int64
 	go func() {
 		for {
 			c, err := sink.AcceptTCP()
@@ -251,8 +269,15 @@ func runServers() error {
 				return
 			}
 			go func() {
-				io.Copy(io.Discard, c)
-				c.Close()
+				defer c.Close()
+				buf := make([]byte, 256<<10)
+				for {
+					n, err := c.Read(buf)
+					sunk.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
 			}()
 		}
 	}()
@@ -274,7 +299,10 @@ func runServers() error {
 		}
 	}()
 	fmt.Println("ready")
-	io.Copy(io.Discard, os.Stdin)
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		fmt.Println(sunk.Load())
+	}
 	return nil
 }
 
@@ -314,20 +342,24 @@ func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				n, err := c.Write(buf)
-				b.sent.Add(int64(n))
-				if err != nil {
+				if _, err := c.Write(buf); err != nil {
 					return
 				}
 			}
 		}()
 	}
 	time.Sleep(time.Second)
-	// Counted at the sender: in steady state the socket buffers are full
-	// at both ends of the window, so the difference is what crossed.
-	start, t0 := b.sent.Load(), time.Now()
+	start, err := b.received()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
 	time.Sleep(d)
-	got, el := b.sent.Load()-start, time.Since(t0)
+	end, err := b.received()
+	if err != nil {
+		return 0, err
+	}
+	got, el := end-start, time.Since(t0)
 	stop.Store(true)
 	for _, c := range conns {
 		// A reset discards the megabytes queued in every leg, which
