@@ -56,6 +56,14 @@ type Socket struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
+func setBuf(fd, force, plain, size int) error {
+	err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size)
+	if err == unix.EPERM {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, size)
+	}
+	return err
+}
+
 // Open creates the socket on interface name.
 func Open(name string, o Options) (*Socket, error) {
 	ifi, err := net.InterfaceByName(name)
@@ -92,11 +100,13 @@ func Open(name string, o Options) (*Socket, error) {
 			return fail("PACKET_QDISC_BYPASS", err)
 		}
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, o.RcvBuf); err != nil {
-		return fail("SO_RCVBUFFORCE", err)
+	// The FORCE variants exceed net.core.[rw]mem_max but need CAP_NET_ADMIN;
+	// without it, fall back to the capped ones.
+	if err := setBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RcvBuf); err != nil {
+		return fail("receive buffer", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, o.SndBuf); err != nil {
-		return fail("SO_SNDBUFFORCE", err)
+	if err := setBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SndBuf); err != nil {
+		return fail("send buffer", err)
 	}
 	// Kernel receive timestamps let the emulator measure delay from when a
 	// frame arrived, not from when the reader got round to it.
