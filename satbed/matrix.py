@@ -25,6 +25,7 @@ cell rather than reusing a stale result.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -451,8 +452,9 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None) -> 
         pass
     error = metrics.get("error")
     if status_override:
+        # The runner only saw a SIGTERM; say why it came.
         status = status_override
-        error = error or (f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status)
+        error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
     elif rc == 0 and not error:
         status = "ok"
     else:
@@ -500,9 +502,23 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     after stopping all children when interrupted."""
     from satbed.proc import require_root
     require_root()
-    os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    os.makedirs(os.path.join(out, "cells"), exist_ok=True)
+    # One matrix per results directory: two would run the same cells twice.
+    lock = open(os.path.join(out, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise SatbedError(f"another `satbed matrix` is running with --out {out}") from None
+    try:
+        return _run_locked(exp, out, jobs, backend, retry, stream)
+    finally:
+        lock.close()
+
+
+def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream) -> dict:
     host = host_info()
     with Store(os.path.join(out, "results.sqlite")) as store:
         todo, skipped = [], 0
