@@ -1,7 +1,7 @@
 """Turn a run directory's captures into the "analysis" metrics.
 
 Layout (written by the runner):
-    RUN/captures/<vantage>.pcap   vantage in lan_a, wan, lan_b (any subset)
+    RUN/captures/<vantage>.pcap   vantage in lan_a, wan_a, wan_b, lan_b (any subset)
     RUN/result.json               gets the key "analysis"
     RUN/analysis/<vantage>/       tcptrace outputs, xplot files, PNGs (ours)
 """
@@ -23,7 +23,7 @@ from .throughput import direction_times, spoofing_throughput
 if TYPE_CHECKING:
     from .tsg import Window
 
-VANTAGES = ("lan_a", "wan", "lan_b")
+VANTAGES = ("lan_a", "wan_a", "wan_b", "lan_b")
 TCPDUMP = "/usr/bin/tcpdump"
 
 

@@ -135,12 +135,15 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
 
 
 def vantage_points(tb: Testbed) -> dict:
-    """lan_a: Client A's port; wan: the Emulator's ground-side port; lan_b: Client B's port."""
+    """lan_a: Client A's port; wan_a, wan_b: the Emulator's ground-side and
+    aircraft-side ports (the sender's side of the satellite shows its whole
+    RTT, whichever way the data flows); lan_b: Client B's port."""
     hosts = list(tb.hosts.values())
     points = {"lan_a": hosts[0].eth0}
     emus = tb.transparent("emulator")
     if emus:
-        points["wan"] = emus[0].port(emus[0].ports[0])
+        a, b = emus[0].ports
+        points["wan_a"], points["wan_b"] = emus[0].port(a), emus[0].port(b)
     points["lan_b"] = hosts[-1].eth0
     return points
 

@@ -27,7 +27,7 @@ def run_dir(tmp_path: Path) -> Path:
     cap.mkdir(parents=True)
     shutil.copy(GOLDEN, cap / "lan_a.pcap")
     blob = GOLDEN.read_bytes()
-    (cap / "wan.pcap").write_bytes(blob[: len(blob) // 2])
+    (cap / "wan_a.pcap").write_bytes(blob[: len(blob) // 2])
     (cap / "lan_b.pcap").write_bytes(b"this is not a capture\n" * 200)
     (run / "config.json").write_text(json.dumps({
         "client": "nuttcp", "pep": "none", "rtt_ms": 600, "ber": 1e-5,

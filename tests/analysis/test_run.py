@@ -16,7 +16,7 @@ GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden.pcap"
 
 def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     a = analyze_run(run_dir, graphs=False)
-    assert set(a) == {"lan_a", "wan", "lan_b"}
+    assert set(a) == {"lan_a", "wan_a", "wan_b", "lan_b"}
     good = a["lan_a"]
     assert "error" not in good
     assert good["connections"] == expected["connections"]
@@ -39,8 +39,8 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     assert main["a2b"]["first_packet"] == pytest.approx(main["first_packet"], abs=1e-5)
     assert main["a2b"]["last_packet"] <= main["last_packet"] + 1e-5
 
-    assert "truncated" in a["wan"]["error"]
-    assert a["wan"]["partial"]["connections"] >= 1
+    assert "truncated" in a["wan_a"]["error"]
+    assert a["wan_a"]["partial"]["connections"] >= 1
     assert "not a pcap" in a["lan_b"]["error"]
 
     stored = json.loads((run_dir / "result.json").read_text())
@@ -52,10 +52,10 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
 def test_missing_and_empty_captures(tmp_path: Path) -> None:
     run = tmp_path / "run"
     (run / "captures").mkdir(parents=True)
-    (run / "captures" / "wan.pcap").write_bytes(b"")
+    (run / "captures" / "wan_a.pcap").write_bytes(b"")
     a = analyze_run(run, graphs=False)
     assert "missing" in a["lan_a"]["error"] and "missing" in a["lan_b"]["error"]
-    assert "error" in a["wan"]
+    assert "error" in a["wan_a"]
     assert json.loads((run / "result.json").read_text())["analysis"] == a
 
 
