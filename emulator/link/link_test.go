@@ -313,3 +313,11 @@ func FuzzParseProfile(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkArrive(b *testing.B) {
+	pl := NewPipeline(Params{RateBps: 1e9, CeilBps: 1e9, Burst: 1600, CBurst: 1600, Delay: 300 * time.Millisecond,
+		BER: 1e-7, QueuePackets: 1000, Outage: &Outage{Period: 40 * time.Second, Down: 10 * time.Second}}, 1, 0)
+	for i := 0; i < b.N; i++ {
+		pl.Arrive(time.Duration(i)*12*time.Microsecond, 1514)
+	}
+}
