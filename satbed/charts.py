@@ -168,6 +168,10 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             bad = ser[(client, pep)]["failed"]
             if bad:
                 any_failed = True
+                # The series' line runs on to its failures, so a protocol that collapses shows it.
+                joined = sorted([(v, m) for v, (m, _) in zip(xs, stats)] + [(v, 0.0) for v in bad])
+                ax.plot([pos[v] for v, _ in joined], [m / 1e6 for _, m in joined], color=colour(client),
+                        linestyle="--" if pep == "none" else "-", linewidth=1.6)
                 ax.plot([pos[v] for v in bad], [0] * len(bad), linestyle="none", marker="x", markersize=9,
                         markeredgewidth=2, color=colour(client), clip_on=False)
         if x == "ber":
