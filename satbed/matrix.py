@@ -694,6 +694,8 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     analysis), fitted as a + b x size. Cells are packed onto the jobs longest first."""
     rows: list[CellRow] = []
     for p in store_paths:
+        if not os.path.isfile(p):
+            raise SatbedError(f"no results database {p}")
         with Store(p) as s:
             rows += [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
                      and r.status in ("ok", "failed", "timeout")]
