@@ -227,7 +227,10 @@ func (b *bench) rtt() error {
 		load      float64
 	}{
 		{"8 Mbit/s link, idle", `{"seed":1,"a_to_b":{"rate_bps":8000000,"delay_ms":300},"b_to_a":{"rate_bps":8000000,"delay_ms":300}}`, 0},
-		{"8 Mbit/s link, 7.6 Mbit/s UDP load a->b", `{"seed":1,"a_to_b":{"rate_bps":8000000,"delay_ms":300},"b_to_a":{"rate_bps":8000000,"delay_ms":300}}`, 7.6e6},
+		// 75%: at 95% a burst from the (user-space, preemptible) load
+		// sender leaves a queue that drains at 5% of the rate, and the probes
+		// then measure queueing, not delay error.
+		{"8 Mbit/s link, 6 Mbit/s UDP load a->b", `{"seed":1,"a_to_b":{"rate_bps":8000000,"delay_ms":300},"b_to_a":{"rate_bps":8000000,"delay_ms":300}}`, 6e6},
 		{"unshaped link, 100 Mbit/s UDP load a->b", `{"seed":1,"a_to_b":{"delay_ms":300},"b_to_a":{"delay_ms":300}}`, 100e6},
 	}
 	for _, c := range cases {
