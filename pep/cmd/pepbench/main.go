@@ -150,7 +150,18 @@ func run(adapters, binDir, opts, shape string, dur time.Duration, flows, hold in
 				}
 			}
 			if r.many, err = b.throughput(flows, dur); err == nil {
+				c0 := b.cpuTimes()
 				r.setup, err = b.setupRate(setup, 16)
+				if mode == "pepd" && err == nil && r.setup > 0 {
+					// CPU per connection does not depend on what else
+					// the machine runs, unlike the rate itself.
+					c1 := b.cpuTimes()
+					for i := range c1 {
+						used := c1[i][0] - c0[i][0] + c1[i][1] - c0[i][1]
+						fmt.Printf("pepd %s CPU during the setup point: %.0f µs per connection (user %.2fs sys %.2fs)\n",
+							b.nodes[i].Role, used/(r.setup*setup.Seconds())*1e6, c1[i][0]-c0[i][0], c1[i][1]-c0[i][1])
+					}
+				}
 			}
 		}
 		if err == nil && mode == "pepd" {
