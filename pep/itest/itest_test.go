@@ -818,3 +818,46 @@ func TestWANTuning(t *testing.T) {
 		t.Fatalf("WAN MSS: %s", wanSock)
 	}
 }
+
+// TestUDPUntouched: only TCP is intercepted; UDP (e.g. Saratoga) crosses
+// the PEPs as plain bridged traffic, with the sender's address.
+func TestUDPUntouched(t *testing.T) {
+	b := newBed(t, testOpts, "pepd", "pepd")
+	var srv *net.UDPConn
+	if err := netns.Do(b.chain.ClientB, func() (err error) {
+		srv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(netns.AddrB), Port: 7542})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	var cl *net.UDPConn
+	if err := netns.Do(b.chain.ClientA, func() (err error) {
+		cl, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.ParseIP(netns.AddrB), Port: 7542})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	buf := make([]byte, 64)
+	srv.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for i := 0; ; i++ {
+		cl.Write([]byte("saratoga"))
+		srv.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		n, from, err := srv.ReadFromUDP(buf)
+		if err == nil {
+			if string(buf[:n]) != "saratoga" || !from.IP.Equal(net.ParseIP(netns.AddrA)) {
+				t.Fatalf("got %q from %v", buf[:n], from)
+			}
+			break
+		}
+		if i == 5 {
+			t.Fatalf("no datagram: %v", err)
+		}
+	}
+	for _, n := range b.nodes {
+		if s := stats(t, n); s.ConnectionsSplit != 0 {
+			t.Fatalf("UDP counted as split: %+v", s)
+		}
+	}
+}
