@@ -15,6 +15,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,14 +26,15 @@ import (
 )
 
 type config struct {
-	opts     options.Options
-	rateBps  int64
-	rttMs    float64
-	stateDir string
-	role     string
-	name     string
-	check    bool
-	ccFile   string
+	opts       options.Options
+	rateBps    int64
+	rttMs      float64
+	stateDir   string
+	role       string
+	name       string
+	check      bool
+	ccFile     string
+	cpuProfile string
 }
 
 func envOr(k, def string) string {
@@ -56,6 +58,7 @@ func parseArgs(args []string) (config, error) {
 	fs.StringVar(&c.name, "name", "pepd", "name reported in stats")
 	fs.BoolVar(&c.check, "check", false, "validate options, print the resolved configuration and exit")
 	fs.StringVar(&c.ccFile, "cc-file", tune.CCProcFile, "where the kernel lists available congestion controls")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", os.Getenv("PEPD_CPUPROFILE"), "write a CPU profile to this file (or pepd-PID.prof in this directory) until exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, fmt.Errorf("usage: pepd [-opts 'k=v ...'] [-rate-bps N] [-rtt-ms N] [-state-dir DIR] [-role a|b] [-check]; options: %s",
@@ -123,10 +126,31 @@ func main() {
 		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
 		os.Exit(1)
 	}
+	if c.cpuProfile != "" {
+		if st, err := os.Stat(c.cpuProfile); err == nil && st.IsDir() {
+			// One directory for several pepds (e.g. both ends of a chain).
+			c.cpuProfile = fmt.Sprintf("%s/pepd-%d.prof", c.cpuProfile, os.Getpid())
+		}
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pepd: cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "pepd: cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
+		stop()
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
