@@ -266,3 +266,88 @@ def test_compose_testbed_wires_and_carries_traffic(images, no_leftovers):
     left = docker.docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout
     assert left.strip() == ""
     assert docker.docker("network", "ls", "-q", "--filter", f"name={project}").stdout.strip() == ""
+
+
+# A stand-in with PEPsal's command line and mechanism (a transparent TPROXY
+# listener that connects upstream from the client's address), so the adapter
+# and its interception are tested without the real binary.
+FAKE_PEPSAL = r'''#!/usr/bin/python3
+import getopt, socket, sys, threading
+opts = dict(getopt.getopt(sys.argv[1:], "p:c:T:C:m:fnqkl:dv")[0])
+with open(sys.argv[0] + ".args", "w") as f:
+    f.write(" ".join(sys.argv[1:]))
+IP_TRANSPARENT = 19
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+ls.bind(("0.0.0.0", int(opts.get("-p", 5000))))
+ls.listen(128)
+
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+def handle(c, peer):
+    u = socket.socket()
+    u.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+    u.bind((peer[0], 0))
+    u.connect(c.getsockname())
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+    pipe(c, u)
+
+while True:
+    c, peer = ls.accept()
+    threading.Thread(target=handle, args=(c, peer), daemon=True).start()
+'''
+
+
+@needs_root
+def test_pepsal_adapter_splits_with_a_stand_in(tmp_path):
+    fake = tmp_path / "pepsal"
+    fake.write_text(FAKE_PEPSAL)
+    fake.chmod(0o755)
+    cp = satbed("run", "--pep", "pepsal", "--pep-options", f"bin={fake} port=5300 max_conns=256 nodelay=1",
+                "--client", "nuttcp-tcp", "--size", "2M", "--rtt", "100", "--no-analysis",
+                "--out", str(tmp_path / "runs"), timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    assert summary["integrity"] == "ok"
+    assert (tmp_path / "pepsal.args").read_text() == "-p 5300 -c 256 -n"
+    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
+        pep = json.load(f)["pep"]
+    # A SYN is diverted only at the PEP on the side that opened the
+    # connection (PEPsal splits what its own end host opens); the other PEP
+    # passes the upstream connection through.
+    split = {n: v["connections_split"] for n, v in pep["nodes"].items()}
+    assert sorted(split.values())[0] == 0 and sorted(split.values())[1] >= 1, split
+    assert all(v["running"] is True and v["name"] == "pepsal" for v in pep["nodes"].values())
+
+
+@needs_root
+def test_scps_adapter_writes_the_rfile_and_runs_the_gateway(tmp_path):
+    # A stand-in gateway: records how it was started, then idles; keep_bridge=1
+    # leaves the kernel bridge to carry the ping since it forwards nothing.
+    fake = tmp_path / "gateway"
+    fake.write_text(f'#!/bin/sh\necho "$PWD $*" >{tmp_path}/gateway.args\nexec sleep 600\n')
+    fake.chmod(0o755)
+    cp = satbed("run", "--pep", "scps", "--pep-options", f"bin={fake} keep_bridge=1 cc=1", "--client", "ping",
+                "--rtt", "100", "--no-analysis", "--out", str(tmp_path / "runs"), timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    assert summary["loss"] == 0
+    state = os.path.join(run_dir, "pep", "pepA")
+    assert (tmp_path / "gateway.args").read_text().split()[1:] == ["-f", "rfile"]
+    with open(os.path.join(state, "rfile"), encoding="utf-8") as f:
+        rf = dict(line.split() for line in f if line.strip() and not line.startswith("#"))
+    assert rf["BIF_CC"] == "1" and rf["BIF_MINRTO"] == "200000" and rf["BIF_RATE"] == "8000000"
+    assert rf["BIF_BUF"] == str(max(65536, 2 * 8_000_000 // 8 * 100 // 1000))
+    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
+        nodes = json.load(f)["pep"]["nodes"]
+    assert all(v["name"] == "scps" and v["running"] is True for v in nodes.values())
