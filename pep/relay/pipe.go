@@ -25,8 +25,9 @@ type PipePool struct {
 	size int
 	keep int
 
-	mu   sync.Mutex
-	free []*Pipe
+	mu    sync.Mutex
+	free  []*Pipe
+	inUse int
 }
 
 // NewPipePool returns a pool of pipes of size bytes, keeping at most keep
@@ -45,6 +46,7 @@ func (pp *PipePool) Get() (*Pipe, error) {
 	if n := len(pp.free); n > 0 {
 		p := pp.free[n-1]
 		pp.free = pp.free[:n-1]
+		pp.inUse++
 		pp.mu.Unlock()
 		return p, nil
 	}
@@ -58,13 +60,24 @@ func (pp *PipePool) Get() (*Pipe, error) {
 		p.close()
 		return nil, fmt.Errorf("F_SETPIPE_SZ %d: %w", pp.size, err)
 	}
+	pp.mu.Lock()
+	pp.inUse++
+	pp.mu.Unlock()
 	return p, nil
+}
+
+// InUse is the number of pipes currently held by relay directions.
+func (pp *PipePool) InUse() int {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	return pp.inUse
 }
 
 // Put returns an empty pipe to the pool. Pipes that may still hold data
 // must be discarded with Discard instead.
 func (pp *PipePool) Put(p *Pipe) {
 	pp.mu.Lock()
+	pp.inUse--
 	if len(pp.free) < pp.keep {
 		pp.free = append(pp.free, p)
 		pp.mu.Unlock()
@@ -75,7 +88,12 @@ func (pp *PipePool) Put(p *Pipe) {
 }
 
 // Discard closes a pipe whose contents are no longer wanted.
-func (pp *PipePool) Discard(p *Pipe) { p.close() }
+func (pp *PipePool) Discard(p *Pipe) {
+	pp.mu.Lock()
+	pp.inUse--
+	pp.mu.Unlock()
+	p.close()
+}
 
 // Close releases the spare pipes.
 func (pp *PipePool) Close() {

@@ -288,17 +288,26 @@ func TestAbortResetsBoth(t *testing.T) {
 // waits for data, so idle connections cost no descriptors.
 func TestIdlePairHoldsNoPipe(t *testing.T) {
 	r := newRig(t)
-	r.client.Write([]byte("ping"))
-	buf := make([]byte, 4)
-	io.ReadFull(r.server, buf)
-	time.Sleep(50 * time.Millisecond)
-	r.pair.pool.mu.Lock()
-	free := len(r.pair.pool.free)
-	r.pair.pool.mu.Unlock()
-	if free != 1 {
-		t.Fatalf("pool holds %d free pipes after one burst, want 1 (returned)", free)
+	for i := 0; i < 3; i++ {
+		r.client.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		io.ReadFull(r.server, buf)
+		r.server.Write(buf)
+		io.ReadFull(r.client, buf)
+	}
+	var held int
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if held = r.pair.pool.InUse(); held == 0 {
+			break
+		}
+	}
+	if held != 0 {
+		t.Fatalf("idle pair holds %d pipes, want 0", held)
 	}
 	r.client.Close()
 	r.server.Close()
 	r.reason(t)
+	if n := r.pair.pool.InUse(); n != 0 {
+		t.Fatalf("%d pipes held after the pair ended", n)
+	}
 }

@@ -564,6 +564,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 		Options:                s.cfg.Opts.Map(),
 		ConnectionsHighWater:   s.highWater.Load(),
 		PipeBytesPerDirection:  s.cfg.Opts.PipeBytes,
+		PipesInUse:             s.pool.InUse(),
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
 	}

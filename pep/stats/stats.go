@@ -42,6 +42,7 @@ type Snapshot struct {
 	Options                map[string]string `json:"options"`
 	ConnectionsHighWater   int64             `json:"connections_high_water"`
 	PipeBytesPerDirection  int               `json:"pipe_bytes_per_direction"`
+	PipesInUse             int               `json:"pipes_in_use"`
 	ConnectionLogPath      string            `json:"connection_log,omitempty"`
 	ConnectionLogDropped   int64             `json:"connection_log_errors"`
 	ConnectionsOverCeiling int64             `json:"connections_over_max"`
