@@ -108,6 +108,8 @@ EOF
 	if ! ip rule show | grep -q "fwmark 0x1/0x1 lookup $INTERCEPT_RTABLE"; then
 		ip rule add fwmark 1/1 lookup "$INTERCEPT_RTABLE" || { _icpt_err "intercept: ip rule add fwmark 1/1 lookup $INTERCEPT_RTABLE failed"; intercept_teardown "$br"; return 1; }
 	fi
+	# Diverted packets are delivered through lo.
+	ip link set dev lo up
 	ip route replace local 0.0.0.0/0 dev lo table "$INTERCEPT_RTABLE" ||
 		{ _icpt_err "intercept: cannot add local route to table $INTERCEPT_RTABLE"; intercept_teardown "$br"; return 1; }
 	ip link set dev "$br" up
