@@ -500,15 +500,18 @@ func TestStartErrors(t *testing.T) {
 	defer chain.Close()
 	tests := []struct {
 		name, adapter, opts, bin, want string
+		lanDev                         string
 	}{
-		{"unknown option", "pepd", "bogus=1", binDir, `unknown option "bogus"`},
-		{"unknown cc", "pepd", "cc=nosuchcc", binDir, `congestion control "nosuchcc" not offered`},
-		{"missing binary", "pepd", "", "/nonexistent/bin", "/nonexistent/bin/pepd"},
-		{"none with options", "none", "cc=cubic", binDir, "unknown option 'cc'"},
+		{name: "missing port", adapter: "pepd", bin: binDir, lanDev: "nosuch0", want: "interface 'nosuch0' not found"},
+		{"unknown option", "pepd", "bogus=1", binDir, `unknown option "bogus"`, ""},
+		{"unknown cc", "pepd", "cc=nosuchcc", binDir, `congestion control "nosuchcc" not offered`, ""},
+		{"missing binary", "pepd", "", "/nonexistent/bin", "/nonexistent/bin/pepd", ""},
+		{"none with options", "none", "cc=cubic", binDir, "unknown option 'cc'", ""},
+		{"bad port", "pepd", "port=0", binDir, "option port", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath(tt.adapter), StateDir: t.TempDir(), BinDir: tt.bin, Opts: tt.opts, Role: "a"}
+			n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath(tt.adapter), StateDir: t.TempDir(), BinDir: tt.bin, Opts: tt.opts, Role: "a", LANDev: tt.lanDev}
 			defer n.Call("stop")
 			_, stderr, err := n.Call("start")
 			if err == nil {
@@ -517,6 +520,13 @@ func TestStartErrors(t *testing.T) {
 			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			if len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
 				t.Fatalf("stderr %q: want one line containing %q", stderr, tt.want)
+			}
+			// A failed start leaves nothing behind.
+			if rules, _ := netns.Exec(n.NS, "nft", "list", "ruleset"); strings.TrimSpace(rules) != "" {
+				t.Fatalf("rules left after failed start: %s", rules)
+			}
+			if _, _, err := n.Call("health"); err == nil && tt.adapter != "none" {
+				t.Fatal("healthy after failed start")
 			}
 		})
 	}

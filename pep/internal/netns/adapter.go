@@ -20,12 +20,17 @@ type PEPNode struct {
 	Opts     string
 	RateBps  int64
 	RTTms    int
+	LANDev   string // overrides the LAN port name (tests of bad configuration)
 }
 
 // Env is the contract environment for this node.
 func (p *PEPNode) Env() []string {
+	lan := LAN
+	if p.LANDev != "" {
+		lan = p.LANDev
+	}
 	return append(os.Environ(),
-		"SATBED_PEP_LAN="+LAN,
+		"SATBED_PEP_LAN="+lan,
 		"SATBED_PEP_WAN="+WAN,
 		"SATBED_PEP_BRIDGE="+Bridge,
 		fmt.Sprintf("SATBED_RATE_BPS=%d", p.RateBps),
