@@ -12,12 +12,12 @@ export GOFLAGS := -buildvcs=false
 DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
-        procps psmisc git ca-certificates
+        procps psmisc git ca-certificates mmdebstrap
 
 GO_BINARIES := satemu pepd saratoga
 BIN := $(CURDIR)/bin
 
-.PHONY: all deps go build experiment test test-go test-py bench clean lint
+.PHONY: all deps go build images experiment test test-go test-py bench clean lint
 
 all: build
 
@@ -29,6 +29,8 @@ deps: .deps.stamp
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+	@# Docker: the engine where none is installed (Docker CE, where present, is kept).
+	@command -v docker >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose >/dev/null
 	@$(MAKE) --no-print-directory go
 	@touch $@
 
@@ -48,6 +50,11 @@ build: deps
 	@install -m 0755 scripts/satbed /usr/local/bin/satbed.tmp && \
 	  sed -i 's#^here=.*#here=$(CURDIR)#' /usr/local/bin/satbed.tmp && mv /usr/local/bin/satbed.tmp /usr/local/bin/satbed
 	@echo "built: $(GO_BINARIES) in bin/, satbed on PATH"
+
+# Container images (PEPs, emulator, end hosts); bootstraps debian:bookworm-slim
+# with mmdebstrap where no registry can be reached.
+images: build
+	docker/build-images.sh
 
 experiment: build
 	$(PY) -m satbed run --client ping --pep none --out runs
