@@ -76,10 +76,20 @@ func newBed(t *testing.T, opts string, adapters ...string) *bed {
 		t.Fatal(err)
 	}
 	b := &bed{chain: chain}
+	// State dirs first: t.Cleanup runs last-registered first, and stop
+	// needs the pid file that TempDir's cleanup would already have removed.
+	dirs := make([]string, len(adapters))
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
 	t.Cleanup(func() {
 		for _, n := range b.nodes {
+			pid := pidOf(n)
 			if _, stderr, err := n.Call("stop"); err != nil {
 				t.Errorf("stop %s: %v: %s", n.NS, err, stderr)
+			}
+			if pid != "" && running(pid) {
+				t.Errorf("pepd (pid %s) still running after stop", pid)
 			}
 			n.Kill()
 			if log, err := os.ReadFile(filepath.Join(n.StateDir, "pepd.log")); err == nil &&
@@ -91,7 +101,7 @@ func newBed(t *testing.T, opts string, adapters ...string) *bed {
 	})
 	for i, name := range adapters {
 		n := &netns.PEPNode{
-			NS: chain.PEPs[i], Adapter: adapterPath(name), StateDir: t.TempDir(),
+			NS: chain.PEPs[i], Adapter: adapterPath(name), StateDir: dirs[i],
 			Role: string(rune('a' + i)), BinDir: binDir, RateBps: 100_000_000, RTTms: 10,
 		}
 		if name != "none" {
@@ -103,6 +113,25 @@ func newBed(t *testing.T, opts string, adapters ...string) *bed {
 		b.nodes = append(b.nodes, n)
 	}
 	return b
+}
+
+func pidOf(n *netns.PEPNode) string {
+	b, err := os.ReadFile(filepath.Join(n.StateDir, "pepd.pid"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// running reports whether pid is a live (not zombie) process.
+func running(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // listen opens a server socket on client B.
@@ -475,10 +504,14 @@ func TestStopLeavesNoRules(t *testing.T) {
 	if again := ruleState(t, n.NS); again != during {
 		t.Fatalf("rules after crash+start differ:\nfirst:\n%s\nsecond:\n%s", during, again)
 	}
+	pid := pidOf(n)
 	for i := 0; i < 2; i++ { // stop is idempotent
 		if _, stderr, err := n.Call("stop"); err != nil {
 			t.Fatalf("stop #%d: %v: %s", i+1, err, stderr)
 		}
+	}
+	if pid == "" || running(pid) {
+		t.Fatalf("pepd (pid %q) not stopped", pid)
 	}
 	if after := ruleState(t, n.NS); after != before {
 		t.Fatalf("rules left after stop:\nbefore:\n%s\nafter:\n%s", before, after)
