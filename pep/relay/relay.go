@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -187,9 +188,11 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 		if got == 0 {
 			return nil, nil
 		}
+		armed := false
 		for left := int(got); left > 0; {
 			var wrote int64
 			var werr error
+			blocked := false
 			err := dstRC.Write(func(fd uintptr) bool {
 				for {
 					wrote, werr = unix.Splice(pipe.r, nil, int(fd), nil, left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
@@ -197,8 +200,24 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 						break
 					}
 				}
+				if werr == unix.EAGAIN && !armed {
+					blocked = true // leave to arm the probe deadline first
+					return true
+				}
 				return werr != unix.EAGAIN
 			})
+			if blocked || errors.Is(err, os.ErrDeadlineExceeded) {
+				// dst is full. Meanwhile nobody reads src, so a reset
+				// there would go unnoticed until dst drains: probe it.
+				if serr := sockErr(srcRC); serr != nil {
+					p.pool.Discard(pipe)
+					pipe = nil
+					return serr, nil
+				}
+				armed = true
+				dst.SetWriteDeadline(time.Now().Add(probeInterval))
+				continue
+			}
 			if err == nil && werr != nil {
 				err = fmt.Errorf("splice to socket: %w", werr)
 			}
@@ -210,8 +229,34 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 			left -= int(wrote)
 			n.Add(wrote)
 		}
+		if armed {
+			dst.SetWriteDeadline(time.Time{})
+		}
 		p.lastActive.Store(time.Now().UnixNano())
 	}
+}
+
+// probeInterval bounds how late a reset of the source is noticed while
+// the destination is too full to take more data.
+const probeInterval = 250 * time.Millisecond
+
+// sockErr returns the pending socket error of c (e.g. ECONNRESET after a
+// reset), or nil.
+func sockErr(c syscall.RawConn) error {
+	var v int
+	var gerr error
+	if err := c.Control(func(fd uintptr) {
+		v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+	}); err != nil {
+		return err
+	}
+	if gerr != nil {
+		return gerr
+	}
+	if v != 0 {
+		return fmt.Errorf("socket error: %w", syscall.Errno(v))
+	}
+	return nil
 }
 
 // watch waits on a socket whose read side has ended, to notice a reset

@@ -209,6 +209,35 @@ func TestResetPropagation(t *testing.T) {
 			expectReset(t, r.client)
 		}, ReasonResetB},
 	}
+	tests = append(tests, struct {
+		name   string
+		run    func(t *testing.T, r *rig)
+		reason string
+	}{"client resets while the server stalls", func(t *testing.T, r *rig) {
+		// The relay is blocked writing to a full server socket and not
+		// reading the client: the reset must still be noticed promptly.
+		for _, c := range []*net.TCPConn{r.client, r.server, r.pair.A, r.pair.B} {
+			c.SetReadBuffer(64 << 10)
+			c.SetWriteBuffer(64 << 10)
+		}
+		chunk := make([]byte, 64<<10)
+		for {
+			r.client.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := r.client.Write(chunk); err != nil {
+				break
+			}
+		}
+		start := time.Now()
+		abort(r.client)
+		select {
+		case reason := <-r.done:
+			r.done <- reason
+		case <-time.After(2 * time.Second):
+			t.Fatal("reset not noticed within 2s while the destination was full")
+		}
+		t.Logf("noticed after %v", time.Since(start))
+		expectReset(t, r.server)
+	}, ReasonResetA})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t)
