@@ -109,6 +109,15 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """A run directory gets its own report (redrawn from the stored captures
+    and xplot files); a matrix directory gets the charts."""
+    import os
+    if os.path.isfile(os.path.join(args.dir, "result.json")):
+        from analysis import report, run
+        if not os.path.isdir(os.path.join(args.dir, "analysis")):
+            run.analyze_run(args.dir)
+        print(report.write_report(args.dir))
+        return 0
     from satbed import charts
     print(charts.build(args.dir))
     return 0
@@ -177,9 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the wall time estimate of FILE from cells measured in these results.sqlite")
     m.set_defaults(fn=cmd_matrix)
 
-    rp = sub.add_parser("report", help="HTML report, charts and CSV of a matrix results directory")
-    rp.add_argument("dir", help="the --out directory of `satbed matrix`")
-    rp.set_defaults(fn=cmd_report)
+    rp = sub.add_parser("report", help="HTML report of a run directory, or charts and CSV of a matrix")
+    rp.add_argument("dir", help="a run directory, or the --out directory of `satbed matrix`")
+    rp.set_defaults(fn=cmd_report, needs_root=False)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.set_defaults(fn=cmd_clean)
