@@ -56,8 +56,11 @@ build: deps
 images: build
 	docker/build-images.sh
 
+# The default experiment: experiments/quick.yaml on Mininet namespaces, the
+# userspace emulator (tc where the kernel has netem) and pepd; resumable.
 experiment: build
-	$(PY) -m satbed run --client ping --pep none --out runs
+	$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick
+	@echo "report: $$($(PY) -m satbed report runs/quick)"
 
 test: build test-go test-py
 
