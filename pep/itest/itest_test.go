@@ -904,3 +904,49 @@ func TestUDPUntouched(t *testing.T) {
 		}
 	}
 }
+
+// TestKeepAliveFindsVanishedPeer: client A disappears without a trace
+// (its reset is dropped, and it answers nothing); pepd's keep-alive on the
+// client leg times out and the server gets a reset instead of an
+// established connection forever.
+func TestKeepAliveFindsVanishedPeer(t *testing.T) {
+	b := newBed(t, testOpts+" keepalive=1", "pepd")
+	ln := b.listen(t, 7)
+	srv := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			srv <- nil
+			return
+		}
+		buf := make([]byte, 5)
+		io.ReadFull(c, buf)
+		srv <- c
+	}()
+	c, err := b.dial(t, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("hello"))
+	s := <-srv
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	defer s.Close()
+	if _, err := netns.Exec(b.chain.ClientA, "nft", "add table ip cut; add chain ip cut out { type filter hook output priority 0; policy drop; }; add chain ip cut in { type filter hook input priority 0; policy drop; }"); err != nil {
+		t.Fatal(err)
+	}
+	abort(c)
+	start := time.Now()
+	s.SetReadDeadline(time.Now().Add(15 * time.Second))
+	_, err = io.Copy(io.Discard, s)
+	if !isReset(err) {
+		t.Fatalf("server: want reset once keep-alive gives up, got %v", err)
+	}
+	t.Logf("server reset %v after the client vanished", time.Since(start))
+}
+
+func abort(c *net.TCPConn) {
+	c.SetLinger(0)
+	c.Close()
+}

@@ -37,6 +37,7 @@ type Options struct {
 	ConnectTimeout   time.Duration // upstream connect bound; on expiry the client is reset
 	IdleTimeout      time.Duration // reset a connection idle this long (0 = never)
 	HalfCloseTimeout time.Duration // reset a half-closed connection idle this long (0 = never)
+	KeepAlive        time.Duration // TCP keep-alive idle time on both legs (0 = off)
 	DrainTimeout     time.Duration // how long SIGTERM waits for connections to finish
 	StatsInterval    time.Duration // stats file refresh period
 	ConnLog          bool          // write one JSON line per finished connection
@@ -53,6 +54,7 @@ func Defaults() Options {
 		PipeBytes:        65536,
 		ConnectTimeout:   10 * time.Second,
 		HalfCloseTimeout: 300 * time.Second,
+		KeepAlive:        120 * time.Second,
 		DrainTimeout:     10 * time.Second,
 		StatsInterval:    time.Second,
 		ConnLog:          true,
@@ -100,7 +102,16 @@ var keys = map[string]setter{
 	"connect_timeout":    func(o *Options, v string) error { return duration(v, false, &o.ConnectTimeout) },
 	"idle_timeout":       func(o *Options, v string) error { return duration(v, true, &o.IdleTimeout) },
 	"half_close_timeout": func(o *Options, v string) error { return duration(v, true, &o.HalfCloseTimeout) },
-	"drain_timeout":      func(o *Options, v string) error { return duration(v, true, &o.DrainTimeout) },
+	"keepalive": func(o *Options, v string) error {
+		if err := duration(v, true, &o.KeepAlive); err != nil {
+			return err
+		}
+		if o.KeepAlive != 0 && o.KeepAlive < time.Second {
+			return fmt.Errorf("want 0 or at least 1s, got %q", v)
+		}
+		return nil
+	},
+	"drain_timeout": func(o *Options, v string) error { return duration(v, true, &o.DrainTimeout) },
 	"stats_interval": func(o *Options, v string) error {
 		if err := duration(v, false, &o.StatsInterval); err != nil {
 			return err
@@ -167,6 +178,7 @@ func (o Options) Map() map[string]string {
 		"connect_timeout":    o.ConnectTimeout.String(),
 		"idle_timeout":       o.IdleTimeout.String(),
 		"half_close_timeout": o.HalfCloseTimeout.String(),
+		"keepalive":          o.KeepAlive.String(),
 		"drain_timeout":      o.DrainTimeout.String(),
 		"stats_interval":     o.StatsInterval.String(),
 		"conn_log":           boolString(o.ConnLog),

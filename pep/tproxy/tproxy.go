@@ -22,9 +22,8 @@ import (
 // MSS and congestion control are decided when the SYN is answered).
 func Listen(ctx context.Context, port int, leg tune.Leg) (*net.TCPListener, error) {
 	lc := net.ListenConfig{
-		// Keep-alive probes would make pepd originate packets the end
-		// hosts never asked for; the end hosts' own keep-alives pass
-		// through the relay anyway.
+		// Go's default 15 s keep-alive would be far too chatty on a
+		// satellite link; tune.Leg sets pepd's own after the handshake.
 		KeepAlive: -1,
 		Control: func(network, address string, c syscall.RawConn) error {
 			return control(c, func(fd int) error {

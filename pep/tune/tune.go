@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -71,6 +72,11 @@ type Leg struct {
 	MSS      int    // TCP_MAXSEG (0 = default)
 	NoDelay  bool
 	QuickAck bool
+	// KeepAlive is the idle time before TCP keep-alive probes (0 = off).
+	// A reset lost on the way (or a peer that vanished) would otherwise
+	// leave the other leg established forever; probes find out and the
+	// relay then resets the other leg.
+	KeepAlive time.Duration
 }
 
 // ApplyPre sets the options that must be in place before the handshake:
@@ -113,6 +119,22 @@ func (l Leg) ApplyPost(fd int) error {
 	if l.QuickAck {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK, 1); err != nil {
 			return fmt.Errorf("TCP_QUICKACK: %w", err)
+		}
+	}
+	if l.KeepAlive > 0 {
+		idle := max(int(l.KeepAlive/time.Second), 1)
+		for _, o := range []struct {
+			level, opt, val int
+			name            string
+		}{
+			{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, idle, "TCP_KEEPIDLE"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, max(idle/4, 1), "TCP_KEEPINTVL"},
+			{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 4, "TCP_KEEPCNT"},
+		} {
+			if err := unix.SetsockoptInt(fd, o.level, o.opt, o.val); err != nil {
+				return fmt.Errorf("%s: %w", o.name, err)
+			}
 		}
 	}
 	return nil

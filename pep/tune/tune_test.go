@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -77,15 +78,20 @@ func TestApply(t *testing.T) {
 	if err != nil || len(avail) == 0 {
 		t.Skip("no congestion control list")
 	}
-	leg := Leg{CC: avail[0], MSS: 1200, NoDelay: true}
+	leg := Leg{CC: avail[0], MSS: 1200, NoDelay: true, KeepAlive: 120 * time.Second}
 	if os.Geteuid() == 0 {
 		leg.Buf = 1 << 20
 	}
 	var applyErr error
 	var gotCC string
-	var gotBuf int
+	var gotBuf, gotIdle, gotIntvl int
 	if err := rc.Control(func(fd uintptr) {
 		applyErr = leg.ApplyPre(int(fd))
+		if applyErr == nil {
+			applyErr = leg.ApplyPost(int(fd))
+		}
+		gotIdle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+		gotIntvl, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPINTVL)
 		gotCC, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 		gotBuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 	}); err != nil {
@@ -96,6 +102,9 @@ func TestApply(t *testing.T) {
 	}
 	if strings.TrimRight(gotCC, "\x00") != avail[0] {
 		t.Fatalf("cc = %q, want %q", gotCC, avail[0])
+	}
+	if gotIdle != 120 || gotIntvl != 30 {
+		t.Fatalf("keepalive idle %d interval %d, want 120 and 30", gotIdle, gotIntvl)
 	}
 	if leg.Buf > 0 && gotBuf < leg.Buf {
 		t.Fatalf("rcvbuf = %d, want >= %d", gotBuf, leg.Buf)

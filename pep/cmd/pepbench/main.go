@@ -197,7 +197,9 @@ func (b *bench) start(mode string) ([]*netns.PEPNode, error) {
 			Role: string(rune('a' + i)), BinDir: b.binDir}
 		if mode == "pepd" {
 			// Per-connection logging would measure the disk, not pepd.
-			n.Opts = "conn_log=0 max_conns=50000 " + b.opts
+			// Short keep-alive: under overload a reset can be dropped, and a
+			// leg left established would stall the next point.
+			n.Opts = "conn_log=0 max_conns=50000 keepalive=3 " + b.opts
 		}
 		if _, stderr, err := n.Call("start"); err != nil {
 			return nodes, fmt.Errorf("start %s: %v: %s", mode, err, stderr)
@@ -429,7 +431,21 @@ func (b *bench) quiesce() error {
 			return nil
 		}
 	}
-	return errors.New("pepd connections did not finish within 60s")
+	// Leave evidence: socket states and a goroutine dump of each pepd.
+	for _, n := range b.nodes {
+		out, _ := netns.Exec(n.NS, "ss", "-tnoi", "state", "all")
+		os.WriteFile(filepath.Join(os.TempDir(), "pepbench-stuck-"+n.Role+".ss"), []byte(out), 0o644)
+		if pid, err := os.ReadFile(filepath.Join(n.StateDir, "pepd.pid")); err == nil {
+			exec.Command("kill", "-QUIT", strings.TrimSpace(string(pid))).Run()
+		}
+	}
+	time.Sleep(time.Second)
+	for _, n := range b.nodes {
+		if log, err := os.ReadFile(filepath.Join(n.StateDir, "pepd.log")); err == nil {
+			os.WriteFile(filepath.Join(os.TempDir(), "pepbench-stuck-"+n.Role+".log"), log, 0o644)
+		}
+	}
+	return errors.New("pepd connections did not finish within 60s (see pepbench-stuck-* in the temp dir)")
 }
 
 func (b *bench) roundTrip() error {

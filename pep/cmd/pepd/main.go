@@ -98,11 +98,11 @@ func parseArgs(args []string) (config, error) {
 // a BDP-sized buffer: the LAN side has a tiny RTT and autotunes well.
 func legs(c config) (wan, lan tune.Leg) {
 	o := c.opts
-	wan = tune.Leg{CC: o.CC, MSS: o.MSS, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.WanBuf}
+	wan = tune.Leg{CC: o.CC, MSS: o.MSS, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.WanBuf, KeepAlive: o.KeepAlive}
 	if wan.Buf == 0 {
 		wan.Buf = tune.BDPBuffer(c.rateBps, c.rttMs, o.BufferFactor)
 	}
-	lan = tune.Leg{CC: o.LanCC, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.LanBuf}
+	lan = tune.Leg{CC: o.LanCC, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.LanBuf, KeepAlive: o.KeepAlive}
 	return wan, lan
 }
 
