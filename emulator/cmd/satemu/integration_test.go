@@ -238,8 +238,8 @@ func TestRTTUnderUDPEcho(t *testing.T) {
 	// The end hosts here are goroutines of a test process that shares two
 	// CPUs with everything else, so only the median is held tight; the
 	// benchmark reports the tail.
-	if p50 < 100*time.Millisecond || p50 > 101*time.Millisecond || p99 > 150*time.Millisecond {
-		t.Errorf("RTT p50 %v p99 %v, want p50 in [100,101] ms", p50, p99)
+	if p50 < 100*time.Millisecond || p50 > 101*time.Millisecond {
+		t.Errorf("RTT p50 %v, want it in [100,101] ms", p50)
 	}
 }
 
