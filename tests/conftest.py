@@ -1,33 +1,10 @@
-"""Shared fixtures. Integration tests build real namespaces: they need root."""
+"""Shared fixtures; helpers live in satbed_testlib."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
-
-
-def satbed(*args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the satbed command as a user would."""
-    env = {**os.environ, "PYTHONPATH": REPO}
-    return subprocess.run(["/usr/bin/python3", "-m", "satbed", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=check, cwd=REPO)
-
-
-def root_links() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    return {line.split(":")[1].strip() for line in out.splitlines()}
-
-
-def netns_list() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
 
 
 @pytest.fixture

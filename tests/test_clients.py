@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, satbed
+from satbed_testlib import REPO, needs_root, satbed
 
 SATEMU = os.path.join(REPO, "bin", "satemu")
 SARATOGA = os.path.join(REPO, "bin", "saratoga")

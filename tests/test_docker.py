@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, root_links, satbed
+from satbed_testlib import REPO, needs_root, root_links, satbed
 from satbed import docker
 
 DOCKER_MISSING = docker.available()

@@ -7,7 +7,7 @@ import pytest
 from satbed.emulation import Direction, LinkConfig, compile_direction
 from satbed.errors import SatbedError
 
-from conftest import needs_root, satbed
+from satbed_testlib import needs_root, satbed
 
 
 def test_study_defaults_split_the_rtt():

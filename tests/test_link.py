@@ -15,7 +15,7 @@ from satbed.emulation import LinkConfig
 from satbed.proc import BIN_DIR
 from satbed.testbed import running
 
-from conftest import needs_root, satbed
+from satbed_testlib import needs_root, satbed
 
 pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),
                                              reason="bin/satemu not built (make build)")]

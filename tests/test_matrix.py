@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, satbed
+from satbed_testlib import REPO, needs_root, satbed
 
 SMOKE = os.path.join(REPO, "experiments", "smoke.yaml")
 

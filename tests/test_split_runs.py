@@ -10,7 +10,7 @@ import pytest
 
 from satbed.proc import BIN_DIR
 
-from conftest import needs_root, satbed
+from satbed_testlib import needs_root, satbed
 
 pytestmark = [needs_root, pytest.mark.skipif(
     not all(os.path.exists(os.path.join(BIN_DIR, b)) for b in ("satemu", "pepd")),

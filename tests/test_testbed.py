@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, needs_root, netns_list, root_links, satbed
+from satbed_testlib import REPO, needs_root, netns_list, root_links, satbed
 
 pytestmark = needs_root
 

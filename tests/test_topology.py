@@ -8,7 +8,7 @@ import yaml
 from satbed import topology
 from satbed.errors import SatbedError
 
-from conftest import satbed
+from satbed_testlib import satbed
 
 
 def test_globalhawk_is_the_five_host_chain(globalhawk):
@@ -78,7 +78,7 @@ def test_bad_input_gives_one_clear_line(args, message):
 def test_not_root_is_one_clear_line(tmp_path):
     import os
     import subprocess
-    from conftest import REPO
+    from satbed_testlib import REPO
     cp = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                          "/usr/bin/python3", "-m", "satbed", "run", "--client", "ping", "--out", str(tmp_path)],
                         capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": REPO},

@@ -1,0 +1,33 @@
+"""Helpers the test modules share. Integration tests build real namespaces: they need root.
+
+A module of its own, not conftest: tests/analysis has a conftest too, and
+`from conftest import` would reach whichever was imported first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+
+def satbed(*args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+    """Run the satbed command as a user would."""
+    env = {**os.environ, "PYTHONPATH": REPO}
+    return subprocess.run(["/usr/bin/python3", "-m", "satbed", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, check=check, cwd=REPO)
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip() for line in out.splitlines()}
+
+
+def netns_list() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
