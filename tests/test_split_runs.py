@@ -106,3 +106,15 @@ def test_saratoga_recovers_every_hole_at_ber_1e5(tmp_path):
     assert r["emulator"]["stats"]["totals"]["directions"]["b_to_a"]["drops"]["ber"] > 0
     # Flat across delay and BER: far above what TCP manages here.
     assert r["goodput_bps"] > 3e6
+
+
+@pytest.mark.skipif("bbr" not in open("/proc/sys/net/ipv4/tcp_available_congestion_control").read(),
+                    reason="kernel offers no bbr")
+def test_pepd_runs_bbr_on_a_lossy_satellite_leg(tmp_path):
+    cp = satbed("run", "--client", "nuttcp-tcp", "--pep", "pepd", "--rtt", "100", "--ber", "1e-5",
+                "--size", "1M", "--captures", "none", "--out", str(tmp_path), timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    with open(os.path.join(cp.stdout.splitlines()[0], "result.json"), encoding="utf-8") as f:
+        r = json.load(f)
+    assert r["integrity"] == "ok"
+    assert {n["options"]["cc"] for n in r["pep"]["nodes"].values()} == {"bbr"}
