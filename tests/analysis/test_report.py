@@ -23,12 +23,12 @@ def test_report_sections_and_images(run_dir: Path) -> None:
     assert path == run_dir / "report.html"
     html = path.read_text()
     for section in ("<h2>Configuration</h2>", "<h2>Environment</h2>", "<h2>Result metrics</h2>",
-                    "<h2>Analysis</h2>", "Vantage lan_a", "Vantage wan", "Vantage lan_b"):
+                    "<h2>Analysis</h2>", "Vantage lan_a", "Vantage wan_a", "Vantage wan_b", "Vantage lan_b"):
         assert section in html, section
     assert "nuttcp" in html and "htb rate 8mbit ceil 10mbit" in html and "24ec452" in html
     assert "retransmitted packets" in html and "RTT avg (ms)" in html
     assert "sender view" in html and "receiver view" in html
-    assert 'class="error">truncated capture wan.pcap' in html
+    assert 'class="error">truncated capture wan_a.pcap' in html
     assert "not a pcap file" in html
     imgs = _images(html)
     assert len(imgs) == 4
@@ -58,7 +58,7 @@ def test_report_without_side_files(tmp_path: Path) -> None:
     run.mkdir()
     html = write_report(run).read_text()
     assert "config.json missing" in html and "environment.json missing" in html
-    assert html.count("capture missing") == 3
+    assert html.count("capture missing") == 4
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
