@@ -9,15 +9,9 @@
 package netns
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 
-	"golang.org/x/sys/unix"
+	"satbed/internal/ns"
 )
 
 // Addresses of the end hosts.
@@ -35,23 +29,19 @@ type Chain struct {
 }
 
 // Root reports whether the process can build namespaces.
-func Root() bool { return os.Geteuid() == 0 }
+func Root() bool { return ns.Root() }
 
 func run(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := ns.Run(args[0], args[1:]...)
+	return err
 }
 
 // New builds a chain; on error everything already created is removed.
 func New() (*Chain, error) {
-	var rb [2]byte
-	if _, err := rand.Read(rb[:]); err != nil {
+	p, err := ns.Prefix()
+	if err != nil {
 		return nil, err
 	}
-	p := "t" + hex.EncodeToString(rb[:])
 	c := &Chain{Prefix: p, Sender: p + "s", Emulator: p + "e", Recv: p + "r",
 		SenderIf: p + "sa", EmuA: p + "ea", EmuB: p + "eb", RecvIf: p + "rb"}
 	if err := c.build(); err != nil {
@@ -71,11 +61,11 @@ func (c *Chain) build() error {
 	}
 	// No IPv6 anywhere: link-local addresses, DAD and router solicitations
 	// would add frames of their own (and the emulator ns must stay silent).
-	for _, ns := range []string{c.Sender, c.Emulator, c.Recv} {
+	for _, name := range []string{c.Sender, c.Emulator, c.Recv} {
 		steps = append(steps,
-			[]string{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
-			[]string{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"},
-			[]string{"ip", "-n", ns, "link", "set", "lo", "up"})
+			[]string{"ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"},
+			[]string{"ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"},
+			[]string{"ip", "-n", name, "link", "set", "lo", "up"})
 	}
 	for _, x := range []struct{ ns, ifc string }{{c.Sender, c.SenderIf}, {c.Emulator, c.EmuA}, {c.Emulator, c.EmuB}, {c.Recv, c.RecvIf}} {
 		steps = append(steps,
@@ -98,44 +88,18 @@ func (c *Chain) build() error {
 // first failure.
 func (c *Chain) Close() error {
 	var first error
-	for _, ns := range []string{c.Sender, c.Emulator, c.Recv} {
-		if _, err := os.Stat("/run/netns/" + ns); err != nil {
-			continue
-		}
-		if err := run("ip", "netns", "del", ns); err != nil && first == nil {
+	for _, name := range []string{c.Sender, c.Emulator, c.Recv} {
+		if err := ns.Delete(name); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-// Command returns a command that runs inside namespace ns.
-func Command(ns string, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+// Command returns a command that runs inside namespace name.
+func Command(name string, cmd string, args ...string) *exec.Cmd {
+	return ns.Command(name, cmd, args...)
 }
 
-// Do runs f on an OS thread switched into namespace ns. Sockets f creates
-// stay in ns after it returns, so they can be used from any goroutine.
-func Do(ns string, f func() error) error {
-	fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("netns %s: %w", ns, err)
-	}
-	defer unix.Close(fd)
-	errc := make(chan error, 1)
-	// A fresh goroutine whose thread is discarded afterwards (it exits
-	// locked), so no other goroutine ever runs in the wrong namespace.
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		errc <- f()
-	}()
-	err = <-errc
-	if err != nil {
-		return fmt.Errorf("in netns %s: %w", ns, err)
-	}
-	return nil
-}
+// Do runs f inside namespace name; see ns.Do.
+func Do(name string, f func() error) error { return ns.Do(name, f) }

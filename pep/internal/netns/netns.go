@@ -8,15 +8,10 @@
 package netns
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"runtime"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"satbed/internal/ns"
 )
 
 // Addresses of the end hosts.
@@ -41,31 +36,21 @@ const (
 	WAN    = "wan"
 )
 
-// Run executes a command in the root namespace and returns its combined
-// output.
-func Run(name string, args ...string) (string, error) {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
-}
+// Run executes a command in the root namespace; see ns.Run.
+func Run(name string, args ...string) (string, error) { return ns.Run(name, args...) }
 
-// Exec runs a command inside namespace ns.
-func Exec(ns string, args ...string) (string, error) {
-	return Run("ip", append([]string{"netns", "exec", ns}, args...)...)
-}
+// Exec runs a command inside namespace name; see ns.Exec.
+func Exec(name string, args ...string) (string, error) { return ns.Exec(name, args...) }
 
 // New builds a chain with one or two PEP bridges.
 func New(peps int) (c *Chain, err error) {
 	if peps < 1 || peps > 2 {
 		return nil, fmt.Errorf("peps must be 1 or 2, got %d", peps)
 	}
-	b := make([]byte, 2)
-	if _, err := rand.Read(b); err != nil {
+	p, err := ns.Prefix()
+	if err != nil {
 		return nil, err
 	}
-	p := "t" + hex.EncodeToString(b)
 	c = &Chain{Prefix: p, ClientA: p + "ca", ClientB: p + "cb"}
 	for i := 0; i < peps; i++ {
 		c.PEPs = append(c.PEPs, fmt.Sprintf("%sp%c", p, 'a'+i))
@@ -154,32 +139,5 @@ func (c *Chain) Close() {
 	c.created = nil
 }
 
-// Do runs f on an OS thread switched into namespace ns, so sockets f
-// creates live there (a socket keeps its namespace for life).
-func Do(ns string, f func() error) error {
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer target.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("setns %s: %w", ns, err)
-	}
-	ferr := f()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it exits with the goroutine rather
-		// than serve others in the wrong namespace.
-		return fmt.Errorf("setns back: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// Do runs f inside namespace name, so sockets f creates live there; see ns.Do.
+func Do(name string, f func() error) error { return ns.Do(name, f) }
