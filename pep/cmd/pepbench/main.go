@@ -45,6 +45,7 @@ func main() {
 	hold := flag.Int("conns", 10000, "concurrent connections to hold through pepd")
 	setup := flag.Duration("setup", 3*time.Second, "duration of the setup-rate measurement")
 	opts := flag.String("opts", "", "extra pepd options (SATBED_PEP_OPTS)")
+	offloads := flag.String("offloads", "off", "port offloads: off (as the testbed sets them), on, or both (each measured, printed side by side)")
 	shape := flag.String("shape", "", "if set (e.g. 200mbit), an HTB rate on pepA's WAN port, so the link and not the CPU is the bottleneck")
 	serve := flag.Bool("serve", false, "internal: run the servers (used inside client B's namespace)")
 	flag.Parse()
@@ -55,13 +56,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*adapters, *binDir, *opts, *shape, *dur, *flows, *hold, *setup); err != nil {
+	if err := run(*adapters, *binDir, *opts, *shape, *offloads, *dur, *flows, *hold, *setup); err != nil {
 		fmt.Fprintf(os.Stderr, "pepbench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(adapters, binDir, opts, shape string, dur time.Duration, flows, hold int, setup time.Duration) error {
+func run(adapters, binDir, opts, shape, offloads string, dur time.Duration, flows, hold int, setup time.Duration) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root")
 	}
@@ -129,44 +130,76 @@ func run(adapters, binDir, opts, shape string, dur time.Duration, flows, hold in
 	}
 	defer stopServers()
 
-	type result struct {
-		one, many, setup float64
+	var states []bool
+	switch offloads {
+	case "off":
+		states = []bool{false}
+	case "on":
+		states = []bool{true}
+	case "both":
+		states = []bool{false, true}
+	default:
+		return fmt.Errorf("-offloads %q: want off, on or both", offloads)
 	}
-	res := map[string]result{}
-	for _, mode := range []string{"none", "pepd"} {
-		nodes, err := b.start(mode)
-		b.nodes = nodes
-		if err != nil {
+	type key struct {
+		on   bool
+		mode string
+	}
+	res := map[key]result{}
+	for si, on := range states {
+		if err := chain.SetOffloads(on); err != nil {
 			return err
 		}
-		var r result
-		cpu0 := b.cpuTimes()
-		if r.one, err = b.throughput(1, dur); err == nil {
-			if mode == "pepd" {
-				cpu1 := b.cpuTimes()
-				for i := range cpu1 {
-					fmt.Printf("pepd %s CPU during the 1-flow point: user %.2fs sys %.2fs\n",
-						b.nodes[i].Role, cpu1[i][0]-cpu0[i][0], cpu1[i][1]-cpu0[i][1])
-				}
+		for _, mode := range []string{"none", "pepd"} {
+			// Setup rate and the hold test depend little on offloads:
+			// measured once, in the first state.
+			r, err := b.measure(mode, flows, dur, setup, si == 0, hold)
+			if err != nil {
+				return fmt.Errorf("offloads %s, %s: %w", onOff(on), mode, err)
 			}
-			if r.many, err = b.throughput(flows, dur); err == nil {
-				c0 := b.cpuTimes()
-				r.setup, err = b.setupRate(setup, 16)
-				if mode == "pepd" && err == nil && r.setup > 0 {
-					// CPU per connection does not depend on what else
-					// the machine runs, unlike the rate itself.
-					c1 := b.cpuTimes()
-					for i := range c1 {
-						used := c1[i][0] - c0[i][0] + c1[i][1] - c0[i][1]
-						fmt.Printf("pepd %s CPU during the setup point: %.0f µs per connection (user %.2fs sys %.2fs)\n",
-							b.nodes[i].Role, used/(r.setup*setup.Seconds())*1e6, c1[i][0]-c0[i][0], c1[i][1]-c0[i][1])
-					}
-				}
-			}
+			res[key{on, mode}] = r
 		}
-		if err == nil && mode == "pepd" {
-			err = b.holdTest(nodes, hold)
+	}
+	fmt.Printf("\n%-26s %-10s %10s %10s %6s   %s\n", "offloads", "point", "none", "pepd", "ratio", "CPU-s per GB delivered, whole machine (none / pepd)")
+	for _, on := range states {
+		label := "off (as the testbed sets)"
+		if on {
+			label = "on (sg tx tso gso gro)"
 		}
+		n, p := res[key{on, "none"}], res[key{on, "pepd"}]
+		for i, name := range []string{"1 flow", fmt.Sprintf("%d flows", flows)} {
+			fmt.Printf("%-26s %-10s %7.2f Gb %7.2f Gb %6.2f   %.2f / %.2f\n", label, name,
+				n.tput[i].bps/1e9, p.tput[i].bps/1e9, p.tput[i].bps/n.tput[i].bps, n.tput[i].cpuPerGB, p.tput[i].cpuPerGB)
+		}
+	}
+	n, p := res[key{states[0], "none"}], res[key{states[0], "pepd"}]
+	fmt.Printf("setup rate (offloads %s): none %.0f/s, pepd %.0f/s, ratio %.2f\n", onOff(states[0]), n.setup, p.setup, p.setup/n.setup)
+	return nil
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+type point struct {
+	bps      float64
+	cpuPerGB float64 // busy CPU-seconds of the whole machine per GB received
+}
+
+type result struct {
+	tput  [2]point // 1 flow, many flows
+	setup float64
+}
+
+// measure starts mode's adapters, runs the throughput points (and, if
+// full, the setup rate and for pepd the hold test), then stops them.
+func (b *bench) measure(mode string, flows int, dur, setup time.Duration, full bool, hold int) (r result, err error) {
+	nodes, err := b.start(mode)
+	b.nodes = nodes
+	defer func() {
 		for _, n := range nodes {
 			if _, stderr, serr := n.Call("stop"); serr != nil && err == nil {
 				err = fmt.Errorf("stop: %v: %s", serr, stderr)
@@ -174,16 +207,45 @@ func run(adapters, binDir, opts, shape string, dur time.Duration, flows, hold in
 			n.Kill()
 			os.RemoveAll(n.StateDir)
 		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
-		}
-		res[mode] = r
-		fmt.Printf("%-5s 1 flow %8.2f Gbit/s   %d flows %8.2f Gbit/s   setup %8.0f conn/s\n",
-			mode, r.one/1e9, flows, r.many/1e9, r.setup)
+	}()
+	if err != nil {
+		return r, err
 	}
-	n, p := res["none"], res["pepd"]
-	fmt.Printf("ratio pepd/none: 1 flow %.2f, %d flows %.2f, setup rate %.2f\n", p.one/n.one, flows, p.many/n.many, p.setup/n.setup)
-	return nil
+	cpu0 := b.cpuTimes()
+	if r.tput[0], err = b.throughput(1, dur); err != nil {
+		return r, err
+	}
+	if mode == "pepd" {
+		cpu1 := b.cpuTimes()
+		for i := range cpu1 {
+			fmt.Printf("pepd %s CPU during the 1-flow point: user %.2fs sys %.2fs\n",
+				b.nodes[i].Role, cpu1[i][0]-cpu0[i][0], cpu1[i][1]-cpu0[i][1])
+		}
+	}
+	if r.tput[1], err = b.throughput(flows, dur); err != nil {
+		return r, err
+	}
+	fmt.Printf("%-5s 1 flow %8.2f Gbit/s   %d flows %8.2f Gbit/s\n", mode, r.tput[0].bps/1e9, flows, r.tput[1].bps/1e9)
+	if !full {
+		return r, nil
+	}
+	c0 := b.cpuTimes()
+	if r.setup, err = b.setupRate(setup, 16); err != nil {
+		return r, err
+	}
+	fmt.Printf("%-5s setup %.0f conn/s\n", mode, r.setup)
+	if mode == "pepd" && r.setup > 0 {
+		// CPU per connection does not depend on what else the
+		// machine runs, unlike the rate itself.
+		c1 := b.cpuTimes()
+		for i := range c1 {
+			used := c1[i][0] - c0[i][0] + c1[i][1] - c0[i][1]
+			fmt.Printf("pepd %s CPU during the setup point: %.0f µs per connection (user %.2fs sys %.2fs)\n",
+				b.nodes[i].Role, used/(r.setup*setup.Seconds())*1e6, c1[i][0]-c0[i][0], c1[i][1]-c0[i][1])
+		}
+		err = b.holdTest(nodes, hold)
+	}
+	return r, err
 }
 
 func (b *bench) start(mode string) ([]*netns.PEPNode, error) {
@@ -332,8 +394,8 @@ func (b *bench) dial(port int) (*net.TCPConn, error) {
 }
 
 // throughput runs flows bulk senders A->B and returns bit/s over d after
-// a one-second warm-up.
-func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
+// a one-second warm-up, with the machine's busy CPU time per GB.
+func (b *bench) throughput(flows int, d time.Duration) (point, error) {
 	var conns []*net.TCPConn
 	defer func() {
 		for _, c := range conns {
@@ -343,7 +405,7 @@ func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
 	for i := 0; i < flows; i++ {
 		c, err := b.dial(5001)
 		if err != nil {
-			return 0, err
+			return point{}, err
 		}
 		conns = append(conns, c)
 	}
@@ -364,15 +426,23 @@ func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
 	time.Sleep(time.Second)
 	start, err := b.received()
 	if err != nil {
-		return 0, err
+		return point{}, err
+	}
+	busy0, err := busyCPU()
+	if err != nil {
+		return point{}, err
 	}
 	t0 := time.Now()
 	time.Sleep(d)
 	end, err := b.received()
 	if err != nil {
-		return 0, err
+		return point{}, err
 	}
 	got, el := end-start, time.Since(t0)
+	busy1, err := busyCPU()
+	if err != nil {
+		return point{}, err
+	}
 	stop.Store(true)
 	for _, c := range conns {
 		// A reset discards the megabytes queued in every leg, which
@@ -385,7 +455,37 @@ func (b *bench) throughput(flows int, d time.Duration) (float64, error) {
 		c.Close()
 	}
 	conns = nil
-	return float64(got) * 8 / el.Seconds(), b.quiesce()
+	p := point{bps: float64(got) * 8 / el.Seconds()}
+	if got > 0 {
+		p.cpuPerGB = (busy1 - busy0) / (float64(got) / 1e9)
+	}
+	return p, b.quiesce()
+}
+
+// busyCPU returns the CPU-seconds all cores of the machine spent not
+// idle since boot (/proc/stat; softirq work of the veths and bridges
+// counts here, not in any process).
+func busyCPU() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is already in user
+			busy += n
+		}
+	}
+	return busy / 100, nil // USER_HZ
 }
 
 // setupRate opens, checks (one byte echoed end to end) and closes

@@ -27,6 +27,7 @@ type Chain struct {
 	ClientB string
 	PEPs    []string // one or two PEP namespaces, A side first
 	created []string
+	ports   [][2]string // every veth end: namespace, device
 }
 
 // Bridge and port names inside each PEP namespace.
@@ -96,6 +97,7 @@ func New(peps int) (c *Chain, err error) {
 			return c, err
 		}
 		for _, e := range l {
+			c.ports = append(c.ports, [2]string{e.ns, e.dev})
 			// Offloads off: otherwise the stack and raw captures see
 			// 64 KB super-frames or frames with partial checksums.
 			script[e.ns] = append(script[e.ns], "ethtool -K "+e.dev+" tso off gso off gro off tx off")
@@ -129,6 +131,22 @@ func New(peps int) (c *Chain, err error) {
 		}
 	}
 	return c, nil
+}
+
+// SetOffloads turns segmentation, receive and checksum offloads on or off
+// on every port of the chain (New leaves them off, as the testbed does
+// for capture fidelity; real PEP hardware runs with them on).
+func (c *Chain) SetOffloads(on bool) error {
+	v := "off"
+	if on {
+		v = "on"
+	}
+	for _, p := range c.ports {
+		if _, err := Exec(p[0], "ethtool", "-K", p[1], "sg", v, "tx", v, "tso", v, "gso", v, "gro", v); err != nil {
+			return fmt.Errorf("offloads %s on %s/%s: %w", v, p[0], p[1], err)
+		}
+	}
+	return nil
 }
 
 // Close deletes the namespaces (and with them the veths and bridges).
