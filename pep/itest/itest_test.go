@@ -169,6 +169,50 @@ func (b *bed) dial(t *testing.T, port int) (*net.TCPConn, error) {
 	return c, err
 }
 
+// dialTTL is dial with the client socket's IP TTL set to ttl.
+func (b *bed) dialTTL(t *testing.T, port, ttl int) (*net.TCPConn, error) {
+	t.Helper()
+	var c *net.TCPConn
+	err := netns.Do(b.chain.ClientA, func() error {
+		d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_TTL, ttl)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		conn, err := d.Dial("tcp4", net.JoinHostPort(netns.AddrB, fmt.Sprint(port)))
+		if err != nil {
+			return err
+		}
+		c = conn.(*net.TCPConn)
+		return nil
+	})
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+// nftPackets returns the packet count of the rule in an nft listing that
+// contains match, or -1.
+func nftPackets(listing, match string) int {
+	for _, line := range strings.Split(listing, "\n") {
+		if !strings.Contains(line, match+" ") {
+			continue
+		}
+		if _, rest, ok := strings.Cut(line, "counter packets "); ok {
+			var n int
+			if _, err := fmt.Sscan(rest, &n); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 type snapshot struct {
 	Name              string `json:"name"`
 	ConnectionsSplit  int64  `json:"connections_split"`
@@ -626,13 +670,28 @@ func TestOverflowPassthrough(t *testing.T) {
 		ping(t, c, "held")
 		held = append(held, c)
 	}
-	// Full: the third connection crosses the PEP unsplit but works.
-	c, err := b.dial(t, 7)
+	// Full: the third connection crosses the PEP unsplit but works, and
+	// as across a bridge, with its TTL intact (pepd's own legs start at
+	// the default 64, so a client TTL of 100 marks the unsplit packets).
+	if _, err := netns.Exec(b.chain.ClientB, "nft", "add table ip ttlcheck; "+
+		"add chain ip ttlcheck in { type filter hook input priority 0; }; "+
+		"add rule ip ttlcheck in tcp dport 7 ip ttl 100 counter; "+
+		"add rule ip ttlcheck in tcp dport 7 ip ttl 99 counter"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.dialTTL(t, 7, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ping(t, c, "unsplit")
 	c.Close()
+	rules, err := netns.Exec(b.chain.ClientB, "nft", "list chain ip ttlcheck in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if intact, decremented := nftPackets(rules, "ip ttl 100"), nftPackets(rules, "ip ttl 99"); intact < 2 || decremented != 0 {
+		t.Fatalf("unsplit packets at client B: %d with TTL 100 (want >= 2), %d with TTL 99 (want 0):\n%s", intact, decremented, rules)
+	}
 	waitStats(t, b.nodes[0], "two split connections and a pause", func(s snapshot) bool {
 		return s.ConnectionsSplit == 2 && s.OverflowPauses >= 1
 	})

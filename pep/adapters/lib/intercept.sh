@@ -14,7 +14,9 @@
 #     OR-ed into the port mark.)
 #  4. Everything else (a TCP flow the proxy does not own, e.g. while it
 #     refuses new connections) is routed back out of the bridge unsplit,
-#     hence ip_forward=1 and no ICMP redirects.
+#     hence ip_forward=1 and no ICMP redirects. Routing costs a hop of TTL,
+#     which a bridge must not: the last rule adds it back first (a vmap on
+#     the TTL into one-rule chains; this nft cannot set a field from a map).
 #
 # Variables (set before calling, defaults in brackets):
 #   INTERCEPT_TABLE   nft table name in the bridge and ip families [satbed_pep]
@@ -39,6 +41,26 @@ INTERCEPT_SAVE=${INTERCEPT_SAVE:-${SATBED_STATE_DIR:-/tmp}/intercept.saved}
 INTERCEPT_METRIC=4242
 
 _icpt_err() { echo "$*" >&2; }
+
+# _icpt_ttl_chains: chains ttlN setting TTL N+1, for N = 1..254 (255
+# cannot grow; such a packet leaves with 254).
+_icpt_ttl_chains() {
+	i=1
+	while [ "$i" -le 254 ]; do
+		echo "	chain ttl$i { ip ttl set $((i + 1)); }"
+		i=$((i + 1))
+	done
+}
+
+# _icpt_ttl_vmap: the "N : goto ttlN" elements for the chains above.
+_icpt_ttl_vmap() {
+	i=1
+	while [ "$i" -le 254 ]; do
+		[ "$i" -gt 1 ] && printf ', '
+		printf '%d : goto ttl%d' "$i" "$i"
+		i=$((i + 1))
+	done
+}
 
 _icpt_mac() {
 	ip -o link show dev "$1" 2>/dev/null | sed -n 's/.*link\/ether \([0-9a-fA-F:]*\).*/\1/p'
@@ -96,7 +118,9 @@ table ip $INTERCEPT_TABLE {
 		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 accept
 		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 accept
 		$wan_tproxy
+		meta l4proto tcp ip ttl vmap { $(_icpt_ttl_vmap) }
 	}
+$(_icpt_ttl_chains)
 }
 EOF
 	then
