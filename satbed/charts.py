@@ -23,11 +23,12 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from collections import Counter, defaultdict
 
 from satbed.errors import SatbedError
-from satbed.store import CellRow, Store
+from satbed.store import MEASURED, CellRow, Store
 
 # Two-sided 95% Student t quantiles by degrees of freedom; 1.96 beyond.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -79,7 +80,7 @@ def _key(v) -> str:
 
 
 def measured(rows: list[CellRow]) -> list[CellRow]:
-    return [r for r in rows if r.status == "ok" and r.goodput_bps]
+    return [r for r in rows if r.status in MEASURED and r.goodput_bps]
 
 
 def pick(values: list[float], target: float, log: bool = False) -> float | None:
@@ -92,8 +93,9 @@ def pick(values: list[float], target: float, log: bool = False) -> float | None:
 
 
 def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[str, str], dict]:
-    """(client, pep) -> {"points": {x value: [goodput...]}, "failed": {x values
-    where no repetition measured}} for the cells at fixed == value, each series
+    """(client, pep) -> {"points": {x value: [goodput...]}, "failed": [x values
+    where no repetition measured], "limited": [x values where a repetition was
+    stopped by the time limit]} for the cells at fixed == value, each series
     held at its most common value of every other axis."""
     at = [r for r in rows if r.params.get(fixed) == value and "client" in r.params]
     by_series: dict[tuple[str, str], list[CellRow]] = defaultdict(list)
@@ -104,12 +106,15 @@ def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[
         held = {a: Counter(_key(r.params.get(a)) for r in rs).most_common(1)[0][0] for a in OTHER_AXES}
         points: dict[float, list[float]] = defaultdict(list)
         tried: set[float] = set()
+        limited: set[float] = set()
         for r in rs:
             if all(_key(r.params.get(a)) == held[a] for a in OTHER_AXES):
                 tried.add(r.params[x])
-                if r.status == "ok" and r.goodput_bps:
+                if r.status in MEASURED and r.goodput_bps:
                     points[r.params[x]].append(r.goodput_bps)
-        out[key] = {"points": dict(points), "failed": sorted(tried - set(points)),
+                    if r.status == "limited":
+                        limited.add(r.params[x])
+        out[key] = {"points": dict(points), "failed": sorted(tried - set(points)), "limited": sorted(limited),
                     "held": {a: json.loads(v) for a, v in held.items()}}
     return out
 
@@ -146,12 +151,12 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             caption = (f"The matrix has no {fixed} = {fmt_ber(want) if fixed == 'ber' else f'{want:g} ms'}; "
                        f"drawn at the nearest present value. ")
         # Failed cells (a stalled transfer at high BER) stay visible as crosses at 0.
-        ser = series([r for r in rows if r.status in ("ok", "failed", "timeout")], x, fixed, value)
+        ser = series([r for r in rows if r.status in ("ok", "limited", "failed", "timeout")], x, fixed, value)
         xs_all = sorted({xv for s in ser.values() for xv in [*s["points"], *s["failed"]]})
         # BER on evenly spaced categories (0 has no place on a log axis); RTT linear.
         pos = {v: i for i, v in enumerate(xs_all)} if x == "ber" else {v: v for v in xs_all}
         peps = sorted({p for _, p in ser if p != "none"})
-        any_failed = False
+        any_failed = any_limited = False
         order = sorted(ser, key=lambda k: (PROTOCOL_ORDER.index(k[0]) if k[0] in PROTOCOL_ORDER else 99, k))
         for client, pep in order:
             pts = ser[(client, pep)]["points"]
@@ -162,9 +167,15 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
                         color=colour(client), linestyle="--" if pep == "none" else "-",
                         marker=MARKERS[(peps.index(pep) + 1) % len(MARKERS)] if pep != "none" else MARKERS[0],
                         markersize=5, capsize=3, linewidth=1.6, label=label)
+            lim = ser[(client, pep)]["limited"]
+            if lim:
+                any_limited = True
+                ax.plot([pos[v] for v in lim], [mean_ci(pts[v])[0] / 1e6 for v in lim], linestyle="none",
+                        marker="o", markersize=8, markerfacecolor="white", markeredgewidth=1.6,
+                        color=colour(client), zorder=3)
             for v, (m, c) in zip(xs, stats):
                 plotted.append({"client": client, "pep": pep, x: v, "n": len(pts[v]), "mean_bps": m,
-                                "ci95_bps": c})
+                                "ci95_bps": c, "time_limited": v in lim})
             bad = ser[(client, pep)]["failed"]
             if bad:
                 any_failed = True
@@ -192,6 +203,9 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             ax.legend(fontsize=8, ncol=2, loc="best")
         caption += ("Solid: with PEP; dashed: without. Points: mean over repetitions; bars: 95% interval. "
                     "Each series is held at its most common size, direction and link settings.")
+        if any_limited:
+            caption += (" A hollow circle: the transfer was still running at the cell's time limit; its "
+                        "goodput is what it delivered within the limit.")
         if any_failed:
             caption += (" A cross at 0: every repetition failed (typically a transfer that stalled "
                         "within the client's time limit, i.e. below size / limit); see the cells table.")
@@ -212,10 +226,11 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
     out = []
     for key, rs in groups.items():
         p = rs[0].params
-        vals = [r.goodput_bps for r in rs if r.status == "ok" and r.goodput_bps]
+        vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
         m, c = mean_ci(vals) if vals else (None, None)
         out.append({"client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
-                    "direction": p["direction"], "cells": len(rs), "ok": sum(r.status == "ok" for r in rs),
+                    "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
+                    "limited": sum(r.status == "limited" for r in rs),
                     "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
                         r.seconds for r in rs) else None})
@@ -225,7 +240,7 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
 
 
 def _mean_metric(rs: list[CellRow], key: str) -> float | None:
-    vals = [r.metrics.get(key) for r in rs if r.status == "ok" and isinstance(r.metrics.get(key), (int, float))]
+    vals = [r.metrics.get(key) for r in rs if r.status in MEASURED and isinstance(r.metrics.get(key), (int, float))]
     return statistics.fmean(vals) if vals else None
 
 
@@ -262,22 +277,45 @@ def _png_data(path: str) -> str:
         return base64.b64encode(f.read()).decode()
 
 
-def gallery(out: str, rows: list[CellRow]) -> list[dict]:
-    """Time-sequence graphs and reports the analysis layer left in cell
-    directories; the study's own view (600 ms, highest BER, FTP/SCP) first."""
+GALLERY_DRAWN = 4   # cells whose graphs a report draws when missing: ~12 s per vantage per 100 MB
+
+
+def gallery(out: str, rows: list[CellRow], stream=sys.stderr) -> list[dict]:
+    """Time-sequence graphs and reports of the cells, the study's own view
+    (highest RTT and BER, FTP/SCP, each PEP) first. Matrix cells store
+    metrics, tcptrace output and captures but no graphs; the first
+    GALLERY_DRAWN TCP cells of that view are drawn here, once, and every other
+    cell is drawn by `satbed report DIR/cells/HASH`."""
     items = []
     for r in rows:
         cell_dir = os.path.join(out, "cells", r.hash)
-        pngs = sorted(glob.glob(os.path.join(cell_dir, "analysis", "**", "*.png"), recursive=True))
-        report = os.path.join(cell_dir, "report.html")
-        if not pngs and not os.path.exists(report):
+        analysed = any(isinstance(v, dict) and "main" in v for v in (r.metrics.get("analysis") or {}).values())
+        drawn = os.path.exists(os.path.join(cell_dir, "report.html")) or \
+            glob.glob(os.path.join(cell_dir, "analysis", "**", "*.png"), recursive=True)
+        if not analysed and not drawn:
             continue
         p = r.params
-        items.append({"row": r, "pngs": pngs, "report": report if os.path.exists(report) else None,
+        items.append({"row": r, "dir": cell_dir,
                       "rank": (-(p["rtt"]), -(p["ber"]), 0 if p["client"] in ("ftp", "scp") else 1,
                                p["client"], p["pep"], r.repetition)})
     items.sort(key=lambda d: d["rank"])
-    return items
+    for it in items[:GALLERY_DRAWN]:
+        if not os.path.exists(os.path.join(it["dir"], "report.html")):
+            stream.write(f"satbed report: drawing the graphs of cell {it['row'].hash} "
+                         f"({it['row'].params['client']}/{it['row'].params['pep']})\n")
+            stream.flush()
+            try:
+                from analysis.report import write_report
+                write_report(it["dir"])
+            except Exception as e:  # one cell's drawing problem must not lose the matrix report
+                stream.write(f"satbed report: cell {it['row'].hash}: graphs not drawn: {e}\n")
+    shown = []
+    for it in items:
+        pngs = sorted(glob.glob(os.path.join(it["dir"], "analysis", "**", "*.png"), recursive=True))
+        report = os.path.join(it["dir"], "report.html")
+        if pngs or os.path.exists(report):
+            shown.append({**it, "pngs": pngs, "report": report if os.path.exists(report) else None})
+    return shown
 
 
 def environment(out: str, rows: list[CellRow], runs: list[dict]) -> dict:
@@ -324,10 +362,10 @@ def gallery_html(out: str, items: list[dict]) -> list[str]:
     MAX_EMBEDDED_GRAPHS images, everything is linked."""
     parts = ["<h2>Time-sequence graphs</h2>"]
     if not items:
-        return parts + ["<p>No cell left analysis graphs (captures off, ping cells, or no tcptrace).</p>"]
+        return parts + ["<p>No cell has analysis graphs (captures off, ping cells, or no tcptrace).</p>"]
     parts.append("<p>Zoomed time-sequence graphs per vantage point (lan_a: Client A's port; wan: the "
-                 "satellite side; lan_b: Client B's port); the other graphs and each cell's report are linked."
-                 "</p>")
+                 "satellite side; lan_b: Client B's port); the other graphs and each cell's report are linked. "
+                 "Any other cell's graphs: <code>satbed report DIR/cells/HASH</code>.</p>")
     embedded = 0
     for it in items:
         r, p = it["row"], it["row"].params
@@ -384,7 +422,8 @@ def build(out: str) -> str:
 
     parts.append("<h2>Summary (repetitions pooled)</h2>")
     body = [[d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
-             f"{d['ok']}/{d['cells']}", _fmt_bps(d["mean_bps"]),
+             f"{d['ok']}/{d['cells']}" + (f" ({d['limited']} limited)" if d["limited"] else ""),
+             _fmt_bps(d["mean_bps"]),
              _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None and d["ok"] > 1 else "–",
              f"{d['rtt_ms_avg']:.1f}" if d["rtt_ms_avg"] is not None else "–",
              f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in summary_table(rows)]
@@ -399,7 +438,7 @@ def build(out: str) -> str:
         rep = os.path.join(out, "cells", r.hash, "report.html")
         name = f"<a href='{link}report.html'>{r.hash}</a>" if os.path.exists(rep) else \
             f"<a href='{link}'>{r.hash}</a>"
-        st = html.escape(r.status) if r.status == "ok" else f"<span class='failed'>{html.escape(r.status)}</span>"
+        st = html.escape(r.status) if r.status in MEASURED else f"<span class='failed'>{html.escape(r.status)}</span>"
         p = r.params
         body.append([name, html.escape(p["client"]), html.escape(p["pep"]), f"{p['rtt']:g}", fmt_ber(p["ber"]),
                      _human_size(p["size"]), str(r.repetition), st, _fmt_bps(r.goodput_bps),

@@ -13,9 +13,18 @@ File format (YAML):
 
 Parameters (in `fixed` as one value, in `axes` as a list): client, pep,
 pep_options, rtt (ms), ber, size, direction, rate, ceil, queue (packets),
-emulator (auto|userspace|tc|bridge), captures, topology, analyze, seed, and
-link (a mapping of per-direction emulator fields applied to both directions,
-e.g. {cburst_bytes: 0, queue_bytes: 262144}).
+emulator (auto|userspace|tc|bridge), captures, topology, analyze, graphs,
+time_limit (seconds), seed, and link (a mapping of per-direction emulator
+fields applied to both directions, e.g. {cburst_bytes: 0, queue_bytes: 262144}).
+
+time_limit is a measurement window: a transfer still running after that many
+seconds is stopped and measured by the bytes it delivered (status `limited`;
+what arrived must be the payload's prefix). Without it every transfer runs to
+completion, which for TCP without a PEP at BER 1e-5 means hours per 100 MB.
+graphs (default false in a matrix) draws each cell's graphs and report.html
+as it finishes; otherwise `satbed report` draws them from the stored tcptrace
+output and captures when asked (drawing a 100 MB transfer costs more CPU than
+analysing it).
 
 A cell's identity is the hash of its full configuration, so a second run of
 the same file skips finished cells, and changing any parameter makes a new
@@ -28,6 +37,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -41,7 +51,7 @@ import yaml
 
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
-from satbed.store import DONE, CellRow, Store
+from satbed.store import DONE, MEASURED, CellRow, Store
 from satbed.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
 
 PYTHON = "/usr/bin/python3"
@@ -49,6 +59,8 @@ TOP_KEYS = ("name", "description", "repetitions", "timeout", "fixed", "axes")
 BACKENDS = ("mininet", "docker")
 TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
+ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
+SPAWN_GAP_S = 3.0           # between cell starts: testbed setups are CPU-bound bursts
 
 
 def _choice(*allowed: str):
@@ -97,6 +109,14 @@ def _bool(v) -> bool:
     return v
 
 
+def _time_limit(v) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise SatbedError(f"time_limit must be a positive number of seconds or null, got {v!r}")
+    return float(v)
+
+
 def _seed(v) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SatbedError(f"seed must be an integer, got {v!r}")
@@ -130,6 +150,8 @@ PARAMS = {
     "captures": (_choice("headers", "full", "none"), "headers"),
     "topology": (_topology, "globalhawk"),
     "analyze": (_bool, True),
+    "graphs": (_bool, False),
+    "time_limit": (_time_limit, None),
     "seed": (_seed, 1),
     "link": (_link, None),
 }
@@ -165,7 +187,7 @@ def human_size(n: int) -> str:
     return str(n)
 
 
-def load(path: str, backend: str = "mininet") -> Experiment:
+def load(path: str, backend: str = "mininet", repetitions: int | None = None) -> Experiment:
     """Read and validate an experiment file; every error is one line naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -177,6 +199,10 @@ def load(path: str, backend: str = "mininet") -> Experiment:
         where = f" line {mark.line + 1}" if mark else ""
         raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
     try:
+        if repetitions is not None:
+            if repetitions < 1:
+                raise SatbedError(f"--repetitions must be at least 1, got {repetitions}")
+            doc = {**doc, "repetitions": repetitions} if isinstance(doc, dict) else doc
         return _build(doc, path, backend)
     except SatbedError as e:
         raise SatbedError(f"{path}: {e}") from None
@@ -255,7 +281,8 @@ def run_config(params: dict, repetition: int):
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
-                    captures=params["captures"], seed=seed, analyze=params["analyze"])
+                    captures=params["captures"], seed=seed, analyze=params["analyze"],
+                    graphs=params["graphs"], time_limit_s=params["time_limit"])
     cfg.validate()
     return cfg
 
@@ -280,22 +307,46 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
     return Cell(dict(params), repetition, config, digest, est, float(timeout) if timeout else default_timeout(cfg))
 
 
+FRAME_BITS = 1500 * 8
+MSS_BITS = 1448 * 8
+
+
+def expected_goodput(cfg) -> float:
+    """A model for scheduling, not a result: the link rate less frame loss,
+    and for end-to-end TCP (no PEP) the Mathis bound MSS/RTT x 1.22/sqrt(p),
+    which is what makes TCP at 600 ms and BER 1e-5 crawl."""
+    rate = cfg.link.rate_bps or 1e9
+    per = 1 - (1 - cfg.link.a_to_b.ber) ** FRAME_BITS
+    goodput = 0.95 * rate * (1 - per)
+    from satbed import clients
+    cls = clients.REGISTRY.get(cfg.client)
+    if cls is not None and cls.tcp and cfg.pep == "none" and per > 0 and cfg.link.rtt_ms > 0:
+        goodput = min(goodput, 1.22 * MSS_BITS / (cfg.link.rtt_ms / 1000 * math.sqrt(per)))
+    return goodput
+
+
 def estimate_seconds(cfg) -> float:
-    """A rough wall time for one cell: testbed setup plus the transfer at the
-    link rate (a loss or delay penalty makes it an underestimate; the ETA
-    corrects for that from the cells that finished)."""
+    """A rough wall time for one cell: setup, handshakes, the transfer at the
+    modelled goodput (at most the time limit) and the capture's analysis. The
+    ETA corrects the estimates from the cells that finished."""
     if cfg.client == "ping":
         return SETUP_S + 3 + 10 * cfg.link.rtt_ms / 1000
-    rate = cfg.link.rate_bps or 1e9
-    penalty = 1 + 2 * cfg.link.rtt_ms / 1000 + 2e4 * cfg.link.a_to_b.ber
-    return SETUP_S + 3 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate * penalty
+    goodput = expected_goodput(cfg)
+    transfer = cfg.size_bytes * 8 / goodput
+    if cfg.time_limit_s:
+        transfer = min(transfer, cfg.time_limit_s)
+    analysis = ANALYSIS_S_PER_MB * min(cfg.size_bytes, transfer * goodput / 8) / 1e6
+    return SETUP_S + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
 
 
 def default_timeout(cfg) -> float:
     """Generous but finite: the clients' own transfer bound (a twentieth of
-    the rate), plus setup, teardown and the analysis of the capture."""
+    the rate) or the time limit, plus setup, teardown and the analysis."""
     rate = max(100_000, (cfg.link.rate_bps or 1e9) / 20)
-    return 120 + 60 + 10 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate + cfg.size_bytes / 2e6
+    transfer = 10 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate
+    if cfg.time_limit_s:
+        transfer = min(transfer, cfg.time_limit_s + 30)
+    return 120 + 60 + transfer + cfg.size_bytes / 2e6
 
 
 def host_info() -> dict:
@@ -312,26 +363,27 @@ def host_info() -> dict:
 
 
 def cell_cost(cell: Cell) -> float:
-    """Cores one cell keeps busy. An 8 Mbit/s cell is mostly waiting (the
-    userspace emulator, PEP and capture move ~700 packets/s); at 1 Gbit/s each
-    of them wants a core. ping is nearly free."""
+    """Cores one cell keeps busy, averaged over its life. An 8 Mbit/s cell is
+    mostly waiting (the userspace emulator, PEPs and four captures move ~700
+    packets/s; its analysis runs niced at the end); at 1 Gbit/s each of them
+    wants a core. ping is nearly free."""
     if cell.params["client"] == "ping":
         return 0.1
     rate = cell.config["link"]["a_to_b"]["rate_bps"] or 1e9
-    return 0.2 + 2.0 * rate / 1e9
+    return 0.12 + 2.0 * rate / 1e9
 
 
 def default_jobs(cells: list[Cell], host: dict | None = None, cap_by_cells: bool = True) -> int:
     """Parallel cells the machine carries without disturbing each other: the
-    heaviest cell's core cost against 80% of the cores (the rest for setup
-    bursts and the parent), ~300 MB per cell, and at most twice the cores
-    since concurrent testbed setups are CPU-bound."""
+    heaviest cell's core cost against 80% of the cores (the rest for the
+    parent and the bursts of testbed setup, which the scheduler also spaces
+    SPAWN_GAP_S apart) and ~300 MB per cell."""
     host = host or host_info()
     cores = host["cores"]
     cost = max((cell_cost(c) for c in cells), default=0.2)
     by_cpu = int(0.8 * cores / cost)
     by_mem = int(host["mem_available"] / (300 << 20)) if host["mem_available"] else by_cpu
-    limit = min(by_cpu, by_mem, 2 * cores)
+    limit = min(by_cpu, by_mem)
     if cap_by_cells:
         limit = min(limit, len(cells) or 1)
     return max(1, limit)
@@ -439,15 +491,15 @@ def run_cell_child(cell_dir: str) -> int:
         cfg.analyze = False
         _, result = runner.run(cfg, cell_dir, run_dir=cell_dir, backend=doc.get("backend", "mininet"))
         if analyze:
-            # tcptrace and the graphs take longer than a small transfer; at the lowest
+            # tcptrace (and any graphs) take longer than a small transfer; at the lowest
             # priority they only use CPU the other cells' transfers leave idle.
             os.nice(19)
-            result = runner.analyze(cell_dir, result)
+            result = runner.analyze(cell_dir, result, graphs=cfg.graphs)
             _mark_analyzed(cell_dir)
     except SatbedError as e:
         print(f"satbed: error: {e}", file=sys.stderr)
         return 2
-    return 0 if result.get("integrity", "ok") == "ok" else 3
+    return 0 if result.get("integrity", "ok") in ("ok", "incomplete") else 3
 
 
 def _mark_analyzed(cell_dir: str) -> None:
@@ -478,7 +530,7 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None) -> 
         status = status_override
         error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
     elif rc == 0 and not error:
-        status = "ok"
+        status = "limited" if metrics.get("time_limited") else "ok"
     else:
         status = "failed"
         if not error and rc == 3:
@@ -546,7 +598,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         todo, skipped = [], 0
         for cell in exp.cells:
             row = store.get(cell.hash)
-            if row and (row.status == "ok" or (row.status in DONE and not retry)):
+            if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
             else:
                 todo.append(cell)
@@ -560,11 +612,13 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         progress = Progress(len(todo), jobs, stream)
         running: dict[str, Child] = {}
         pending = list(todo)
-        counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": skipped}
+        counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
         outcome = "interrupted"
+        last_spawn = -SPAWN_GAP_S
         try:
             while pending or running:
-                while pending and len(running) < jobs:
+                if pending and len(running) < jobs and time.monotonic() - last_spawn >= SPAWN_GAP_S:
+                    last_spawn = time.monotonic()
                     cell = pending.pop(0)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
@@ -594,7 +648,10 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                     del running[h]
                     note = human_bps(row.goodput_bps) if row.goodput_bps else (
                         f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")
-                    if row.status != "ok":
+                    if row.status == "limited":
+                        note += (f" ({row.metrics.get('bytes', 0) / 1e6:.1f} of "
+                                 f"{row.metrics.get('bytes_expected', 0) / 1e6:.0f} MB in the time limit)")
+                    elif row.status != "ok":
                         note = f"{note} {row.error or ''}".strip()
                     progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
                 progress.draw([(c.cell, c.mono) for c in running.values()], pending)

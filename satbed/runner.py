@@ -37,6 +37,8 @@ class RunConfig:
     captures: str = "headers"
     seed: int = 1
     analyze: bool = True
+    graphs: bool = True                 # draw the graphs and report.html now, or on `satbed report`
+    time_limit_s: float | None = None   # stop a longer transfer and measure what it delivered
 
     def validate(self) -> None:
         topology.find(self.topology)
@@ -44,6 +46,8 @@ class RunConfig:
         peps.check(self.pep)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
         self.link.validate()
 
     def to_dict(self) -> dict:
@@ -103,7 +107,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         caps.start()
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=cfg.link.rate_bps,
-                            rtt_ms=cfg.link.rtt_ms, seed=cfg.seed)
+                            rtt_ms=cfg.link.rtt_ms, seed=cfg.seed, time_limit_s=cfg.time_limit_s)
         result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
@@ -130,7 +134,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             raise SatbedError(f"{failure} (run directory: {run_dir})") from None
         raise failure
     if cfg.analyze and cfg.captures != "none":
-        result = analyze(run_dir, result)
+        result = analyze(run_dir, result, graphs=cfg.graphs)
     return run_dir, result
 
 
@@ -148,15 +152,19 @@ def vantage_points(tb: Testbed) -> dict:
     return points
 
 
-def analyze(run_dir: str, result: dict) -> dict:
-    """tcptrace analysis and the HTML report, where the analysis layer is present."""
+def analyze(run_dir: str, result: dict, graphs: bool = True) -> dict:
+    """tcptrace metrics into result.json and, with graphs, the graphs and
+    report.html (drawn once, by the report). Without graphs (a matrix cell:
+    drawing a 100 MB transfer's graphs costs more CPU than its metrics) the
+    stored tcptrace output and captures let `satbed report` draw them later."""
     try:
         from analysis import report
     except ImportError:
         return result
     try:
-        report.analyze_run(run_dir)
-        report.write_report(run_dir)
+        report.analyze_run(run_dir, graphs=False)
+        if graphs:
+            report.write_report(run_dir)
     except Exception as e:  # a broken analysis must not lose the run
         result["analysis_error"] = _describe(e)
         write_json(os.path.join(run_dir, "result.json"), result)

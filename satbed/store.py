@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS cells (
     params      TEXT NOT NULL,      -- JSON: the axis values and fixed parameters, as written
     config      TEXT NOT NULL,      -- JSON: the full RunConfig the hash is taken over
     repetition  INTEGER NOT NULL,
-    status      TEXT NOT NULL,      -- ok | failed | timeout | interrupted
+    status      TEXT NOT NULL,      -- ok | limited | failed | timeout | interrupted
     error       TEXT,
     goodput_bps REAL,
     metrics     TEXT,               -- JSON: the cell's result.json
@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 # Statuses that count as done: a resumed run skips them (unless retrying).
-DONE = ("ok", "failed", "timeout")
+DONE = ("ok", "limited", "failed", "timeout")
+# Statuses whose goodput is a measurement (limited: over the time limit).
+MEASURED = ("ok", "limited")
 
 
 @dataclass

@@ -87,7 +87,7 @@ def test_shipped_experiment_files_parse_or_name_what_is_missing():
     the only acceptable error is an unknown client or PEP."""
     from satbed import matrix
     from satbed.errors import SatbedError
-    for name, cells in (("globalhawk", 6 * 2 * 4 * 3 * 3), ("quick", 3 * 2 * 2 * 3)):
+    for name, cells in (("globalhawk", 6 * 2 * 4 * 3), ("quick", 3 * 2 * 2 * 3)):
         try:
             exp = matrix.load(os.path.join(REPO, "experiments", f"{name}.yaml"))
         except SatbedError as e:
@@ -101,13 +101,15 @@ def test_default_jobs_follow_cores_memory_and_rate(tmp_path):
     slow = matrix.load(write(tmp_path, "fixed: {client: ping, rate: 8mbit, emulator: userspace}\n"
                                        "axes: {rtt: [0, 100, 300, 600, 700, 800, 900, 1000]}\n")).cells
     host = {"cores": 2, "mem_available": 16 << 30}
-    assert matrix.default_jobs(slow, host) == 4
+    assert matrix.default_jobs(slow, host) == len(slow)     # ping is nearly free: capped by the cells
     assert matrix.default_jobs(slow, {"cores": 2, "mem_available": 600 << 20}) == 2
     for c in slow:
         c.params["client"] = "scp"
+    assert matrix.default_jobs(slow, host, cap_by_cells=False) == 11    # 8 Mbit/s: 0.136 cores each
+    for c in slow:
         c.config["link"]["a_to_b"]["rate_bps"] = 1_000_000_000
     assert matrix.default_jobs(slow, host) == 1
-    assert matrix.default_jobs(slow, {"cores": 16, "mem_available": 64 << 30}) == 5
+    assert matrix.default_jobs(slow, {"cores": 16, "mem_available": 64 << 30}) == 6
 
 
 def _fake_store(out: str) -> None:
@@ -236,7 +238,7 @@ def test_smoke_runs_in_parallel_resumes_and_reports(tmp_path):
     cp = satbed("matrix", SMOKE, "--jobs", "4", "--out", out, timeout=300)
     first = time.monotonic() - t0
     assert cp.returncode == 0, cp.stderr
-    assert json.loads(cp.stdout.splitlines()[-1]) == {"ok": 8, "failed": 0, "timeout": 0, "skipped": 0}
+    assert json.loads(cp.stdout.splitlines()[-1]) == {"ok": 8, "limited": 0, "failed": 0, "timeout": 0, "skipped": 0}
     assert "[8/8] ok" in cp.stderr and "ETA" in cp.stderr
     assert _statuses(out) == {"ok": 8}
     assert len(os.listdir(os.path.join(out, "cells"))) == 8
@@ -319,3 +321,73 @@ def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tm
     cp = satbed("matrix", path, "--jobs", "2", "--out", out, timeout=200)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1])["skipped"] == 2
+
+
+def test_delivered_bytes_counts_written_data_and_rsyncs_temporary_copy(tmp_path):
+    from satbed.clients.transfer import delivered_bytes, prefix_matches
+    source = tmp_path / "payload.bin"
+    source.write_bytes(os.urandom(3 << 20))
+    dest = tmp_path / "recv" / "payload.bin"
+    dest.parent.mkdir()
+    assert delivered_bytes(str(dest)) == 0
+    assert prefix_matches(str(dest), str(source)) is None
+    # rsync writes .NAME.XXXXXX beside the destination until it renames it.
+    (dest.parent / ".payload.bin.Ab12Cd").write_bytes(source.read_bytes()[:700_000])
+    assert delivered_bytes(str(dest)) == 700_000
+    dest.write_bytes(source.read_bytes()[:1 << 20])
+    assert prefix_matches(str(dest), str(source)) is True
+    with open(dest, "r+b") as f:
+        f.seek(1000)
+        f.write(b"\0")
+    assert prefix_matches(str(dest), str(source)) is False
+    # An out-of-order receiver leaves holes: only the written data counts, no prefix to check.
+    sparse = tmp_path / "recv" / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.write(b"x" * 65536)
+        f.seek(3 << 20)
+        f.write(b"y" * 65536)
+    assert 65536 * 2 <= delivered_bytes(str(sparse)) < 1 << 20
+    assert prefix_matches(str(sparse), str(source)) is None
+
+
+def test_time_limit_is_validated(tmp_path):
+    from satbed import matrix
+    from satbed.errors import SatbedError
+    for bad in ("-5", "0", "soon", "true"):
+        with pytest.raises(SatbedError, match="time_limit must be a positive number"):
+            matrix.load(write(tmp_path, f"fixed: {{client: scp, time_limit: {bad}}}\n"))
+    cells = matrix.load(write(tmp_path, "fixed: {client: scp, rtt: 600, ber: 1e-5, size: 100M, time_limit: 60}\n"
+                                        "axes: {pep: [none, pepd]}\n")).cells
+    stalled, split = cells
+    # TCP end to end at 11% frame loss is modelled far below the rate: it runs to its limit.
+    assert 60 < stalled.estimate_s < 60 + 40
+    assert split.estimate_s > stalled.estimate_s
+    assert stalled.timeout_s < 60 + 300     # bounded by the limit, not by 100 MB at a twentieth of the rate
+
+
+@needs_root
+def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
+    # TCP without a PEP at 600 ms and BER 1e-5 moves tens of kbit/s: 4 MB cannot
+    # arrive in 15 s, so the cell is measured over the limit.
+    path = write(tmp_path, "fixed: {client: scp, pep: none, emulator: userspace, rtt: 600, ber: 1e-5, size: 4M,"
+                           " time_limit: 15}\n")
+    out = str(tmp_path / "lim")
+    cp = satbed("matrix", path, "--jobs", "1", "--out", out, "--strict", timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout.splitlines()[-1])["limited"] == 1
+    assert "in the time limit" in cp.stderr
+    (res,) = glob.glob(os.path.join(out, "cells", "*", "result.json"))
+    r = json.load(open(res))
+    assert r["time_limited"] and r["integrity"] == "incomplete" and r["prefix_integrity"] == "ok"
+    assert 0 < r["bytes"] < 4 << 20 and r["goodput_bps"] > 0
+    assert 14 < r["seconds"] < 17
+    # tcptrace agrees that only part of the file crossed, and nothing was drawn yet.
+    assert r["analysis"]["lan_a"]["main"]["complete"] is False
+    assert not glob.glob(os.path.join(out, "cells", "*", "analysis", "*", "*.png"))
+    assert _leftovers(out) == []
+    cp = satbed("report", out)
+    assert cp.returncode == 0, cp.stderr
+    page = open(os.path.join(out, "report.html")).read()
+    assert "hollow circle" in page and "limited" in page
+    # The gallery drew the study's view from the stored capture.
+    assert glob.glob(os.path.join(out, "cells", "*", "analysis", "lan_a", "tsg_window.png"))

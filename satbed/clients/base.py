@@ -23,6 +23,10 @@ class ClientContext:
     seed: int = 1
     keep_files: bool = False        # keep payload files after verification (also SATBED_KEEP_FILES=1)
     timeout_s: float | None = None  # overrides the transfer bound (also SATBED_TRANSFER_TIMEOUT=seconds)
+    # A measurement window: a transfer still running after it is stopped and
+    # measured by the bytes it delivered (a stalled TCP at 11% frame loss would
+    # otherwise take hours for 100 MB). None: every transfer runs to completion.
+    time_limit_s: float | None = None
 
     @property
     def sender(self) -> Host:

@@ -137,6 +137,9 @@ class Rsync(_SshTransfer):
     def command(self, ctx, t, sshd, remote, source, dest):
         shell = shlex.join([self.tool("ssh"), *sshd.options()])
         args = [self.tool("rsync"), "--stats", "--whole-file", "-e", shell]
+        if ctx.time_limit_s:
+            # Stopped by the limit, rsync would delete what arrived; keep it for the prefix check.
+            args.append("--partial")
         if ctx.direction == "upload":
             return [*args, source, f"{sshd.target}:{remote}"]
         return [*args, f"{sshd.target}:{remote}", dest]

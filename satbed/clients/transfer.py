@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import glob
 import shlex
 import shutil
 import signal
@@ -67,6 +68,47 @@ class Payload:
     path: str
     size: int
     sha256: str
+
+
+@dataclass
+class Limited:
+    """A transfer the time limit stopped: when, and what had arrived by then."""
+    seconds: float
+    bytes: int
+
+
+def delivered_bytes(path: str) -> int:
+    """Bytes a receiver has written so far: the file's allocated data (a
+    receiver that writes out of order leaves holes), or rsync's temporary copy
+    (.NAME.XXXXXX beside it) while rsync has not renamed it yet."""
+    head, tail = os.path.split(path)
+    best = 0
+    for candidate in [path, *glob.glob(os.path.join(glob.escape(head), f".{glob.escape(tail)}.*"))]:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        best = max(best, min(st.st_size, st.st_blocks * 512))
+    return best
+
+
+def prefix_matches(received: str, source: str) -> bool | None:
+    """Is a partial copy the source's prefix? None when it cannot be told: the
+    copy has holes (an out-of-order receiver) or is missing."""
+    try:
+        st = os.stat(received)
+    except OSError:
+        return None
+    if st.st_blocks * 512 < st.st_size - CHUNK:
+        return None
+    left = st.st_size
+    with open(received, "rb") as got, open(source, "rb") as want:
+        while left:
+            n = min(CHUNK, left)
+            if got.read(n) != want.read(n):
+                return False
+            left -= n
+    return True
 
 
 def make_payload(path: str, size: int, seed: int) -> Payload:
@@ -140,6 +182,8 @@ class Run:
         self.log = open(self.log_path, "a", encoding="utf-8")
         self.servers: list[tuple[str, Node, subprocess.Popen]] = []
         self.files: list[str] = []
+        self.received: str | None = None
+        self.limited: Limited | None = None
         self.dir = os.path.join(ctx.run_dir, "files", name)
         os.makedirs(self.dir, exist_ok=True)
 
@@ -186,6 +230,7 @@ class Run:
         if os.path.exists(path):
             os.unlink(path)
         self.files.append(path)
+        self.received = path
         return path
 
     # Servers -------------------------------------------------------------
@@ -222,8 +267,11 @@ class Run:
                                   f"{wait:g} s (see {os.path.relpath(out_path, self.ctx.run_dir)})")
             time.sleep(0.05)
 
-    def wait_exit(self, proc: subprocess.Popen, label: str, timeout: float) -> int:
-        """Wait, bounded, for a server that ends by itself (a one-shot receiver)."""
+    def wait_exit(self, proc: subprocess.Popen, label: str, timeout: float) -> int | None:
+        """Wait, bounded, for a server that ends by itself (a one-shot receiver).
+        After the time limit stopped the sender there is nothing to wait for."""
+        if self.limited:
+            return None
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -256,8 +304,15 @@ class Run:
     def client(self, node: Node, args: list[str], timeout: float | None = None, stdin: str | None = None,
                stdout: str | None = None, **popen) -> tuple[float, str]:
         """Run the transfer command in a node, bounded; returns (seconds, output).
-        stdin/stdout: files to connect (for tools that stream the payload)."""
+        stdin/stdout: files to connect (for tools that stream the payload).
+        The file transfer itself (no explicit timeout, a received file
+        expected) is subject to ctx.time_limit_s: when it fires, the bytes
+        delivered so far are measured, the tool is stopped and self.limited
+        says so."""
+        limit = self.ctx.time_limit_s if timeout is None and self.received else None
         timeout = self.ctx.transfer_timeout() if timeout is None else timeout
+        if limit is not None and limit >= timeout:
+            limit = None
         tool = os.path.basename(args[0])
         self.note(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else "") + (f" > {stdout}" if stdout else ""))
         fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
@@ -267,14 +322,21 @@ class Run:
             proc = node.popen(args, stdin=fin, stdout=fout, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
                               **popen)
             try:
-                out, err = proc.communicate(timeout=timeout)
+                out, err = proc.communicate(timeout=limit if limit is not None else timeout)
             except subprocess.TimeoutExpired:
+                if limit is not None:
+                    # Measured before the stop: what arrived within the limit.
+                    self.limited = Limited(time.monotonic() - start, delivered_bytes(self.received))
                 _stop(proc)
                 try:
                     out, err = proc.communicate(timeout=5)
                 except subprocess.TimeoutExpired:   # something that escaped still holds the pipe
                     out, err = b"", b"(output lost: the pipe stayed open)"
                 self.note(_text(out) + _text(err))
+                if self.limited:
+                    self.note(f"[{tool} stopped by the time limit of {limit:g} s: "
+                              f"{self.limited.bytes} bytes delivered]")
+                    return self.limited.seconds, _text(out) + _text(err)
                 raise SatbedError(f"{self.name}: transfer stalled: {tool} did not finish within {timeout:.0f} s "
                                   f"(see {os.path.relpath(self.log_path, self.ctx.run_dir)})") from None
             finally:
@@ -297,6 +359,8 @@ class Run:
 
     def verify(self, payload: Payload, received: str, seconds: float, **extra) -> dict:
         """The metrics of a file transfer; a mismatch is reported loudly."""
+        if self.limited:
+            return self._verify_partial(payload, received, **extra)
         got = sha256_file(received)
         size = os.path.getsize(received) if got is not None else 0
         ok = got == payload.sha256 and size == payload.size
@@ -309,6 +373,31 @@ class Run:
         if not ok:
             why = "missing" if got is None else f"{size} of {payload.size} bytes, sha256 {got}"
             metrics["error"] = f"integrity check failed: {self.name} delivered {why}; expected sha256 {payload.sha256}"
+            print(f"satbed: INTEGRITY FAILURE: {metrics['error']} (run directory: {self.ctx.run_dir})",
+                  file=sys.stderr, flush=True)
+        return metrics
+
+    def _verify_partial(self, payload: Payload, received: str, **extra) -> dict:
+        """A time-limited transfer: goodput from the bytes delivered within the
+        limit; what arrived must be the payload's prefix, else it is an
+        integrity failure like any other."""
+        lim = self.limited
+        assert lim is not None
+        self.stop_servers()     # nothing may still be writing the copy being checked
+        prefix = prefix_matches(received, payload.path)
+        metrics = {"client": self.name, "direction": self.ctx.direction, "bytes": lim.bytes,
+                   "bytes_expected": payload.size, "seconds": round(lim.seconds, 3),
+                   "goodput_bps": round(lim.bytes * 8 / lim.seconds) if lim.seconds > 0 else 0,
+                   "time_limited": True, "time_limit_s": self.ctx.time_limit_s,
+                   "integrity": "incomplete",
+                   "prefix_integrity": {True: "ok", False: "fail", None: "unchecked"}[prefix],
+                   "sha256_expected": payload.sha256, **extra}
+        self.note(f"time limit: {lim.bytes} of {payload.size} bytes in {lim.seconds:.1f} s; "
+                  f"prefix integrity {metrics['prefix_integrity']}")
+        if prefix is False:
+            metrics["integrity"] = "fail"
+            metrics["error"] = (f"integrity check failed: the {lim.bytes} bytes {self.name} delivered "
+                                f"before the time limit are not the payload's prefix")
             print(f"satbed: INTEGRITY FAILURE: {metrics['error']} (run directory: {self.ctx.run_dir})",
                   file=sys.stderr, flush=True)
         return metrics
