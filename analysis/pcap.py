@@ -10,6 +10,7 @@ captured length.
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +174,9 @@ def _decode_ipv4(frame: bytes, off: int, ts: float) -> TcpPacket | None:
     frag = struct.unpack_from(">H", frame, off + 6)[0]
     if frame[off + 9] != 6 or frag & 0x1FFF:
         return None
-    src = str(ipaddress.IPv4Address(frame[off + 12:off + 16]))
-    dst = str(ipaddress.IPv4Address(frame[off + 16:off + 20]))
+    # inet_ntoa: a 100 MB transfer's capture holds ~140k packets, and ipaddress costs a fifth of the read.
+    src = socket.inet_ntoa(frame[off + 12:off + 16])
+    dst = socket.inet_ntoa(frame[off + 16:off + 20])
     return _decode_tcp(frame, off + ihl, total_len - ihl, src, dst, ts)
 
 
