@@ -207,8 +207,30 @@ def configured_window(run: Path) -> "Window | None":
         return None
 
 
+def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """The main connection's connect time as its initiator saw it: SYN to
+    SYN/ACK on the initiator's own port (lan_a for Client A, lan_b for Client
+    B), from the capture. A split PEP answers the SYN from the LAN, so with one
+    this is LAN-short; end to end it is one satellite RTT."""
+    config, _ = load_json(run / "config.json")
+    hosts = list(((config or {}).get("topology_spec") or {}).get("hosts", {}).values())
+    if len(hosts) < 2:
+        return None
+    port_of = {"lan_a": hosts[0].get("ip", ""), "lan_b": hosts[-1].get("ip", "")}
+    for vantage, cidr in port_of.items():
+        main = (analysis.get(vantage) or {}).get("main")
+        if not main or not cidr:
+            continue
+        opener = main.get("a2b") or {}
+        if str(opener.get("src", "")).rsplit(":", 1)[0] == cidr.split("/")[0] and \
+                opener.get("rtt_3whs_ms") is not None and (opener.get("syn_pkts") or 0) > 0:
+            return {"tcp_handshake_ms": opener["rtt_3whs_ms"], "tcp_handshake_vantage": vantage}
+    return None
+
+
 def update_result(run: Path, analysis: dict[str, Any]) -> None:
-    """Set result.json["analysis"], keeping every other key; written atomically."""
+    """Set result.json["analysis"] (and the capture's view of the connect
+    time), keeping every other key; written atomically."""
     path = run / "result.json"
     result: dict[str, Any] = {}
     if path.exists():
@@ -220,6 +242,9 @@ def update_result(run: Path, analysis: dict[str, Any]) -> None:
             # Keep the unreadable original next to the new file instead of losing it.
             path.replace(run / "result.json.corrupt")
     result["analysis"] = analysis
+    for key in ("tcp_handshake_ms", "tcp_handshake_vantage"):
+        result.pop(key, None)
+    result.update(handshake_from_capture(run, analysis) or {})
     fd, tmp = tempfile.mkstemp(dir=run, prefix=".result.", suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=2, sort_keys=True, default=str)

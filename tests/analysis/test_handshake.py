@@ -1,0 +1,38 @@
+"""The connect time as the capture shows it, on the initiator's own port."""
+
+from __future__ import annotations
+
+import json
+
+from analysis.run import handshake_from_capture, update_result
+
+SPEC = {"topology_spec": {"hosts": {"clientA": {"ip": "10.99.99.2/24"}, "clientB": {"ip": "10.99.99.254/24"}}}}
+
+
+def _main(src: str, dst: str, ms: float) -> dict:
+    return {"main": {"a2b": {"src": src, "dst": dst, "rtt_3whs_ms": ms, "syn_pkts": 1},
+                     "b2a": {"src": dst, "dst": src, "rtt_3whs_ms": 0.0, "syn_pkts": 1}}}
+
+
+def test_handshake_is_read_on_the_initiators_port(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SPEC))
+    # Client A opens: lan_a shows the whole RTT, lan_b (the far side) only the server's turnaround.
+    analysis = {"lan_a": _main("10.99.99.2:40000", "10.99.99.254:22", 600.4),
+                "lan_b": _main("10.99.99.2:40000", "10.99.99.254:22", 0.1)}
+    assert handshake_from_capture(tmp_path, analysis) == {"tcp_handshake_ms": 600.4,
+                                                         "tcp_handshake_vantage": "lan_a"}
+    # nuttcp's transmitter on Client B opens toward the receiver on Client A.
+    analysis = {"lan_a": _main("10.99.99.254:5001", "10.99.99.2:5000", 0.2),
+                "lan_b": _main("10.99.99.254:5001", "10.99.99.2:5000", 0.1)}
+    assert handshake_from_capture(tmp_path, analysis)["tcp_handshake_vantage"] == "lan_b"
+    assert handshake_from_capture(tmp_path, {"lan_a": {"error": "capture missing"}}) is None
+
+
+def test_update_result_sets_and_replaces_the_handshake(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SPEC))
+    (tmp_path / "result.json").write_text(json.dumps({"client": "scp", "tcp_handshake_ms": 1.0}))
+    update_result(tmp_path, {"lan_a": _main("10.99.99.2:40000", "10.99.99.254:22", 600.4)})
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["client"] == "scp" and result["tcp_handshake_ms"] == 600.4
+    update_result(tmp_path, {"lan_a": {"error": "capture missing"}})
+    assert "tcp_handshake_ms" not in json.loads((tmp_path / "result.json").read_text())
