@@ -51,7 +51,7 @@ func Defaults() Options {
 		MaxConns:         20000,
 		Overflow:         OverflowPassthrough,
 		NoDelay:          true,
-		PipeBytes:        65536,
+		PipeBytes:        1 << 20,
 		ConnectTimeout:   10 * time.Second,
 		HalfCloseTimeout: 300 * time.Second,
 		KeepAlive:        120 * time.Second,

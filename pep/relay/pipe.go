@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +30,8 @@ type PipePool struct {
 	mu    sync.Mutex
 	free  []*Pipe
 	inUse int
+
+	undersized atomic.Int64
 }
 
 // NewPipePool returns a pool of pipes of size bytes, keeping at most keep
@@ -56,7 +60,14 @@ func (pp *PipePool) Get() (*Pipe, error) {
 		return nil, fmt.Errorf("pipe2: %w", err)
 	}
 	p := &Pipe{r: fds[0], w: fds[1]}
-	if _, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, pp.size); err != nil {
+	_, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, pp.size)
+	switch {
+	case errors.Is(err, unix.EPERM):
+		// Unprivileged (e.g. a container without CAP_SYS_RESOURCE) and
+		// over fs.pipe-max-size or the user's pipe-user-pages quota: a
+		// smaller pipe only means more splice calls, so use it as it is.
+		pp.undersized.Add(1)
+	case err != nil:
 		p.close()
 		return nil, fmt.Errorf("F_SETPIPE_SZ %d: %w", pp.size, err)
 	}
@@ -65,6 +76,9 @@ func (pp *PipePool) Get() (*Pipe, error) {
 	pp.mu.Unlock()
 	return p, nil
 }
+
+// Undersized counts pipes the kernel would not grow to the pool's size.
+func (pp *PipePool) Undersized() int64 { return pp.undersized.Load() }
 
 // InUse is the number of pipes currently held by relay directions.
 func (pp *PipePool) InUse() int {

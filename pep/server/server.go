@@ -565,6 +565,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 		ConnectionsHighWater:   s.highWater.Load(),
 		PipeBytesPerDirection:  s.cfg.Opts.PipeBytes,
 		PipesInUse:             s.pool.InUse(),
+		PipesUndersized:        s.pool.Undersized(),
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
 	}

@@ -43,6 +43,7 @@ type Snapshot struct {
 	ConnectionsHighWater   int64             `json:"connections_high_water"`
 	PipeBytesPerDirection  int               `json:"pipe_bytes_per_direction"`
 	PipesInUse             int               `json:"pipes_in_use"`
+	PipesUndersized        int64             `json:"pipes_undersized"`
 	ConnectionLogPath      string            `json:"connection_log,omitempty"`
 	ConnectionLogDropped   int64             `json:"connection_log_errors"`
 	ConnectionsOverCeiling int64             `json:"connections_over_max"`
