@@ -40,11 +40,14 @@ type rig struct {
 }
 
 // newRig builds client <-> [A relay B] <-> server on loopback.
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigPipe(t, 65536) }
+
+// newRigPipe is newRig with pipes of size bytes.
+func newRigPipe(t *testing.T, size int) *rig {
 	t.Helper()
 	client, a := loopPair(t)
 	b, server := loopPair(t)
-	pool := NewPipePool(65536, 4)
+	pool := NewPipePool(size, 4)
 	t.Cleanup(pool.Close)
 	r := &rig{client: client, server: server, pair: NewPair(a, b, pool), done: make(chan string, 1)}
 	go func() {
@@ -109,6 +112,48 @@ func TestBulkBothWays(t *testing.T) {
 	if a2b != int64(len(up)) || b2a != int64(len(down)) {
 		t.Fatalf("counters %d/%d, want %d/%d", a2b, b2a, len(up), len(down))
 	}
+}
+
+// TestBulkThenTail: with the default 1 MiB pipes, a bulk transfer and
+// then a few bytes without FIN, answered each time: nothing waits for a
+// full pipe.
+func TestBulkThenTail(t *testing.T) {
+	r := newRigPipe(t, 1<<20)
+	bulk := randBytes(t, 8<<20)
+	go r.client.Write(bulk)
+	h := sha256.New()
+	r.server.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.CopyN(h, r.server, int64(len(bulk))); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(h.Sum(nil), func() []byte { s := sha256.Sum256(bulk); return s[:] }()) {
+		t.Fatal("bulk corrupted")
+	}
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		if _, err := r.client.Write([]byte("tail")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		r.server.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(r.server, buf); err != nil || string(buf) != "tail" {
+			t.Fatalf("tail %d: %q, %v", i, buf, err)
+		}
+		if _, err := r.server.Write([]byte("ok")); err != nil {
+			t.Fatal(err)
+		}
+		r.client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(r.client, buf[:2]); err != nil || string(buf[:2]) != "ok" {
+			t.Fatalf("answer %d: %q, %v", i, buf[:2], err)
+		}
+		// Loose: a loaded host adds its own delay.
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("exchange %d took %v", i, el)
+		}
+	}
+	r.client.Close()
+	r.server.Close()
+	r.reason(t)
 }
 
 // TestHalfClose: the client's FIN reaches the server, which still answers
