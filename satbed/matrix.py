@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from satbed.emulation import SPIN_ENV
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
 from satbed.store import DONE, MEASURED, CellRow, Store
@@ -456,7 +457,7 @@ class Child:
     reason: str = ""          # timeout | interrupted
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str, jobs: int = 1) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
     if os.path.isdir(cell_dir):
@@ -467,6 +468,9 @@ def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
     log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if jobs > 1:
+        # Cells side by side: satemu's busy-waiting would take the CPU the others need.
+        env.setdefault(SPIN_ENV, "0")
     try:
         return subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -622,7 +626,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                     cell = pending.pop(0)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(), now,
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, jobs), time.time(), now,
                                                now + cell.timeout_s)
                 for h, ch in list(running.items()):
                     now = time.monotonic()
@@ -717,7 +721,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend, jobs), time.time(), now, now + cell.timeout_s)
 
     def measure(tag: str, background: int) -> float | None:
         nonlocal started

@@ -123,6 +123,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         if emu is not None:
             result["emulator"] = _safely(emu.stop, result)
             env["emulator"] = {"backend": emu.backend}
+            if getattr(emu, "spin_us", None) is not None:
+                env["emulator"]["spin_us"] = emu.spin_us
         _safely(tb.stop, result)
         result["finished"] = time.time()
         if failure is not None:
