@@ -41,6 +41,8 @@ type Config struct {
 	WAN, LAN tune.Leg // options of WAN-facing and LAN-facing sockets
 	StateDir string
 	Log      *log.Logger
+	// OpenFileLimit is RLIMIT_NOFILE as pepd runs with (reported only).
+	OpenFileLimit uint64
 }
 
 // side describes one listener: which PEP port its SYNs came from, and
@@ -566,6 +568,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 		PipeBytesPerDirection:  s.cfg.Opts.PipeBytes,
 		PipesInUse:             s.pool.InUse(),
 		PipesUndersized:        s.pool.Undersized(),
+		OpenFileLimit:          s.cfg.OpenFileLimit,
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
 	}

@@ -44,6 +44,7 @@ type Snapshot struct {
 	PipeBytesPerDirection  int               `json:"pipe_bytes_per_direction"`
 	PipesInUse             int               `json:"pipes_in_use"`
 	PipesUndersized        int64             `json:"pipes_undersized"`
+	OpenFileLimit          uint64            `json:"open_file_limit"`
 	ConnectionLogPath      string            `json:"connection_log,omitempty"`
 	ConnectionLogDropped   int64             `json:"connection_log_errors"`
 	ConnectionsOverCeiling int64             `json:"connections_over_max"`

@@ -118,9 +118,22 @@ func main() {
 			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC)
 		return
 	}
+	logger := log.New(os.Stderr, "pepd: ", log.LstdFlags|log.Lmicroseconds)
+	limit, err := raiseFileLimit(c.opts.MaxConns, "/proc/sys/fs/nr_open")
+	if err != nil {
+		logger.Print(err)
+	}
+	if n := connsAllowed(limit); n < c.opts.MaxConns {
+		// Past the limit accept and dial would fail with EMFILE and
+		// clients would hang in the queue; at max_conns the overflow
+		// policy (passthrough or refuse) applies instead.
+		logger.Printf("open-file limit %d allows %d split connections (two sockets each, %d reserved): max_conns %d lowered to %d (more needs a higher ulimit -Hn or CAP_SYS_RESOURCE)",
+			limit, n, fdReserve, c.opts.MaxConns, n)
+		c.opts.MaxConns = n
+	}
 	srv, err := server.New(server.Config{
 		Name: c.name, Role: c.role, Opts: c.opts, WAN: wan, LAN: lan, StateDir: c.stateDir,
-		Log: log.New(os.Stderr, "pepd: ", log.LstdFlags|log.Lmicroseconds),
+		Log: logger, OpenFileLimit: limit,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)

@@ -56,3 +56,31 @@ func TestParseArgs(t *testing.T) {
 		})
 	}
 }
+
+func TestConnsAllowed(t *testing.T) {
+	tests := []struct {
+		limit uint64
+		want  int
+	}{
+		{limit: 20000, want: (20000 - fdReserve) / 2},
+		{limit: 1024, want: (1024 - fdReserve) / 2},
+		{limit: fdReserve + 2, want: 1},
+		{limit: 10, want: 1},
+	}
+	for _, tt := range tests {
+		if got := connsAllowed(tt.limit); got != tt.want {
+			t.Errorf("connsAllowed(%d) = %d, want %d", tt.limit, got, tt.want)
+		}
+	}
+}
+
+func TestRaiseFileLimitKeepsEnough(t *testing.T) {
+	// A limit already above the need is left as it is.
+	got, err := raiseFileLimit(1, "/nonexistent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < 2+fdReserve {
+		t.Fatalf("limit %d below the need of one connection", got)
+	}
+}
