@@ -65,7 +65,8 @@ class Pep:
         return cp
 
     def start(self) -> None:
-        self._call("start", timeout=30)
+        # Generous: a dozen parallel matrix cells on two cores once made a start take over 30 s.
+        self._call("start", timeout=90)
         self.started = True
 
     def healthy(self) -> bool:
