@@ -223,6 +223,10 @@ type snapshot struct {
 	ResetsPropagated  int64  `json:"resets_propagated"`
 	ConnectFailed     int64  `json:"connections_connect_failed"`
 	OverflowPauses    int64  `json:"overflow_pauses"`
+	Running           bool   `json:"running"`
+	Workers           int    `json:"workers"`
+	WorkerPIDs        []int  `json:"worker_pids"`
+	Error             string `json:"error"`
 }
 
 func stats(t *testing.T, n *netns.PEPNode) snapshot {
@@ -1008,4 +1012,90 @@ func TestKeepAliveFindsVanishedPeer(t *testing.T) {
 func abort(c *net.TCPConn) {
 	c.SetLinger(0)
 	c.Close()
+}
+
+// TestWorkersHoldConnections runs each pepd of a pair as two worker
+// processes sharing the TPROXY ports: connections spread over both,
+// stats and the connection log are summed, and a worker that dies ends
+// its pepd loudly.
+func TestWorkersHoldConnections(t *testing.T) {
+	b := newBed(t, testOpts+" workers=2", "pepd", "pepd")
+	bulk(t, b, 1<<20)
+	go echoServer(b.listen(t, 7))
+	const n = 60
+	var conns []*net.TCPConn
+	for i := 0; i < n; i++ {
+		c, err := b.dial(t, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ping(t, c, "held")
+		conns = append(conns, c)
+	}
+	for _, nd := range b.nodes {
+		s := waitStats(t, nd, "all connections active", func(s snapshot) bool { return s.ConnectionsActive == n })
+		if s.Workers != 2 || len(s.WorkerPIDs) != 2 {
+			t.Fatalf("%s: workers %d pids %v, want 2", nd.NS, s.Workers, s.WorkerPIDs)
+		}
+		for i := 0; i < 2; i++ {
+			raw, err := os.ReadFile(filepath.Join(nd.StateDir, "workers", fmt.Sprint(i), "stats.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ws snapshot
+			if err := json.Unmarshal(raw, &ws); err != nil {
+				t.Fatal(err)
+			}
+			// 60 flows all hashed to one worker: chance 2^-59.
+			if ws.ConnectionsActive == 0 || ws.ConnectionsActive == n {
+				t.Fatalf("%s worker %d holds %d of %d connections: not spread", nd.NS, i, ws.ConnectionsActive, n)
+			}
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	a := b.nodes[0]
+	waitStats(t, a, "connections closed", func(s snapshot) bool { return s.ConnectionsActive == 0 && s.ConnectionsSplit == n+1 })
+	// Records of both workers in one file, whole lines, unique ids.
+	var ids map[uint64]bool
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		raw, err := os.ReadFile(filepath.Join(a.StateDir, "conns.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = map[uint64]bool{}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var r struct {
+				ID uint64 `json:"id"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("connection log line %q: %v", line, err)
+			}
+			ids[r.ID] = true
+		}
+		if len(ids) == n+1 || time.Now().After(end) {
+			break
+		}
+	}
+	if len(ids) != n+1 {
+		t.Fatalf("%d distinct connection ids in the log, want %d", len(ids), n+1)
+	}
+	// Kill one worker: the whole pepd stops and says why.
+	s := stats(t, a)
+	if err := syscall.Kill(s.WorkerPIDs[1], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	s = waitStats(t, a, "the failure", func(s snapshot) bool { return !s.Running })
+	if !strings.Contains(s.Error, fmt.Sprintf("worker 1 (pid %d) exited: signal: killed", s.WorkerPIDs[1])) {
+		t.Fatalf("error %q", s.Error)
+	}
+	if msg, _, err := a.Call("health"); err == nil {
+		t.Fatalf("health after a worker died: %q, want failure", msg)
+	}
+	for end := time.Now().Add(5 * time.Second); running(fmt.Sprint(s.WorkerPIDs[0])); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("worker 0 (pid %d) still running after its sibling died", s.WorkerPIDs[0])
+		}
+	}
 }

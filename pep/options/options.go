@@ -41,7 +41,12 @@ type Options struct {
 	DrainTimeout     time.Duration // how long SIGTERM waits for connections to finish
 	StatsInterval    time.Duration // stats file refresh period
 	ConnLog          bool          // write one JSON line per finished connection
+	Workers          int           // processes sharing the listeners (SO_REUSEPORT); 0 = auto, as many as the open-file limit needs for MaxConns
 }
+
+// MaxWorkers bounds the workers option: beyond a few dozen processes the
+// per-process baseline memory outweighs any descriptor limit reason.
+const MaxWorkers = 64
 
 // Defaults returns the options used when a key is not given.
 func Defaults() Options {
@@ -58,6 +63,7 @@ func Defaults() Options {
 		DrainTimeout:     10 * time.Second,
 		StatsInterval:    time.Second,
 		ConnLog:          true,
+		Workers:          1,
 	}
 }
 
@@ -122,6 +128,16 @@ var keys = map[string]setter{
 		return nil
 	},
 	"conn_log": func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+	"workers": func(o *Options, v string) error {
+		if v == "auto" {
+			o.Workers = 0
+			return nil
+		}
+		if err := intRange(v, 1, MaxWorkers, &o.Workers); err != nil {
+			return fmt.Errorf("want auto or an integer in 1..%d, got %q", MaxWorkers, v)
+		}
+		return nil
+	},
 }
 
 // Keys lists the accepted option names, sorted.
@@ -182,7 +198,15 @@ func (o Options) Map() map[string]string {
 		"drain_timeout":      o.DrainTimeout.String(),
 		"stats_interval":     o.StatsInterval.String(),
 		"conn_log":           boolString(o.ConnLog),
+		"workers":            workersString(o.Workers),
 	}
+}
+
+func workersString(n int) string {
+	if n == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(n)
 }
 
 func boolString(b bool) string {

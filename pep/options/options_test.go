@@ -20,6 +20,11 @@ func TestParse(t *testing.T) {
 		}},
 		{in: "nodelay=0 quickack=on mss=1400", check: func(o Options) bool { return !o.NoDelay && o.QuickAck && o.MSS == 1400 }},
 		{in: "port=6000 wan_buf=4000000", check: func(o Options) bool { return o.Port == 6000 && o.WanBuf == 4000000 }},
+		{in: "workers=auto", check: func(o Options) bool { return o.Workers == 0 }},
+		{in: "workers=3 max_conns=30000", check: func(o Options) bool { return o.Workers == 3 && o.MaxConns == 30000 }},
+		{in: "workers=0", wantErr: "option workers: want auto or an integer in 1..64"},
+		{in: "workers=65", wantErr: "option workers"},
+		{in: "workers=many", wantErr: "option workers"},
 		{in: "bogus=1", wantErr: `unknown option "bogus"`},
 		{in: "cc", wantErr: "want key=value"},
 		{in: "=x", wantErr: "want key=value"},
@@ -56,7 +61,7 @@ func TestParse(t *testing.T) {
 // TestMapRoundTrip checks that the rendered configuration parses back to
 // the same options, so recorded stats can be replayed as an option string.
 func TestMapRoundTrip(t *testing.T) {
-	o, err := Parse("cc=bbr lan_cc=cubic buffer_factor=3 idle_timeout=5s quickack=1 mss=1200")
+	o, err := Parse("cc=bbr lan_cc=cubic buffer_factor=3 idle_timeout=5s quickack=1 mss=1200 workers=auto")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,14 @@ type Config struct {
 	Log      *log.Logger
 	// OpenFileLimit is RLIMIT_NOFILE as pepd runs with (reported only).
 	OpenFileLimit uint64
+	// Workers is how many pepd processes share the listening ports
+	// (SO_REUSEPORT when > 1); Worker is this one's index, 0-based.
+	// Connection ids are Worker+1, Worker+1+Workers, ... so they stay
+	// unique in the shared connection log.
+	Workers, Worker int
+	// ConnLogPath is the connection log (default StateDir/conns.jsonl);
+	// workers append to one file.
+	ConnLogPath string
 }
 
 // side describes one listener: which PEP port its SYNs came from, and
@@ -95,6 +103,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = log.New(os.Stderr, "pepd: ", log.LstdFlags)
 	}
+	if cfg.Workers < 1 {
+		cfg.Workers = 1
+	}
+	if cfg.Worker < 0 || cfg.Worker >= cfg.Workers {
+		return nil, fmt.Errorf("worker %d of %d: index out of range", cfg.Worker, cfg.Workers)
+	}
+	if cfg.ConnLogPath == "" {
+		cfg.ConnLogPath = filepath.Join(cfg.StateDir, ConnsFile)
+	}
 	o := cfg.Opts
 	s := &Server{
 		cfg:   cfg,
@@ -117,7 +134,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	for _, sd := range s.sides {
-		ln, err := tproxy.Listen(ctx, sd.port, sd.accepted)
+		ln, err := tproxy.Listen(ctx, sd.port, sd.accepted, s.cfg.Workers > 1)
 		if err != nil {
 			s.closeListeners()
 			return err
@@ -125,7 +142,7 @@ func (s *Server) Run(ctx context.Context) error {
 		sd.ln = ln
 	}
 	if s.cfg.Opts.ConnLog {
-		l, err := stats.OpenConnLog(filepath.Join(s.cfg.StateDir, ConnsFile))
+		l, err := stats.OpenConnLog(s.cfg.ConnLogPath)
 		if err != nil {
 			s.closeListeners()
 			return err
@@ -344,7 +361,7 @@ func (s *Server) pause(ctx context.Context, sd *side) bool {
 		if s.active.Load() > resume {
 			continue
 		}
-		ln, err := tproxy.Listen(ctx, sd.port, sd.accepted)
+		ln, err := tproxy.Listen(ctx, sd.port, sd.accepted, s.cfg.Workers > 1)
 		if err != nil {
 			s.cfg.Log.Printf("reopen %s listener: %v", sd.name, err)
 			continue
@@ -414,7 +431,7 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 	e := &entry{pair: relay.NewPair(c, up, s.pool), side: sd}
 	s.mu.Lock()
 	s.nextID++
-	id := s.nextID
+	id := (s.nextID-1)*uint64(s.cfg.Workers) + uint64(s.cfg.Worker) + 1
 	s.conns[id] = e
 	s.mu.Unlock()
 	if s.abortCtx.Err() != nil {
@@ -571,9 +588,10 @@ func (s *Server) Snapshot() stats.Snapshot {
 		OpenFileLimit:          s.cfg.OpenFileLimit,
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
+		Workers:                s.cfg.Workers,
 	}
 	if s.connLog != nil {
-		snap.ConnectionLogPath = filepath.Join(s.cfg.StateDir, ConnsFile)
+		snap.ConnectionLogPath = s.cfg.ConnLogPath
 	}
 	return snap
 }

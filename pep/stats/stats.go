@@ -48,6 +48,52 @@ type Snapshot struct {
 	ConnectionLogPath      string            `json:"connection_log,omitempty"`
 	ConnectionLogDropped   int64             `json:"connection_log_errors"`
 	ConnectionsOverCeiling int64             `json:"connections_over_max"`
+	Workers                int               `json:"workers"`               // processes sharing the listeners
+	WorkerPIDs             []int             `json:"worker_pids,omitempty"` // when Workers > 1
+	Error                  string            `json:"error,omitempty"`       // why a multi-worker pepd stopped on its own
+}
+
+// Sum adds the counters of the workers' snapshots; listening is true if
+// any worker listens (new connections are split as long as one does).
+// Identity fields (name, pid, options, ...) are left to the caller.
+// connections_high_water becomes the sum of the workers' peaks: an upper
+// bound on the simultaneous peak, since the workers peak at different times.
+func Sum(parts []Snapshot) Snapshot {
+	var t Snapshot
+	for _, p := range parts {
+		t.ConnectionsSplit += p.ConnectionsSplit
+		t.ConnectionsActive += p.ConnectionsActive
+		t.BytesLanToWan += p.BytesLanToWan
+		t.BytesWanToLan += p.BytesWanToLan
+		t.Listening = t.Listening || p.Listening
+		t.ConnectionsAccepted += p.ConnectionsAccepted
+		t.ConnectionsFailed += p.ConnectionsFailed
+		t.ConnectionsRefused += p.ConnectionsRefused
+		t.OverflowPauses += p.OverflowPauses
+		t.ResetsPropagated += p.ResetsPropagated
+		t.TimeoutsIdle += p.TimeoutsIdle
+		t.TimeoutsHalfClose += p.TimeoutsHalfClose
+		t.AbortedAtShutdown += p.AbortedAtShutdown
+		t.ConnectionsHighWater += p.ConnectionsHighWater
+		t.PipesInUse += p.PipesInUse
+		t.PipesUndersized += p.PipesUndersized
+		t.ConnectionLogDropped += p.ConnectionLogDropped
+		t.ConnectionsOverCeiling += p.ConnectionsOverCeiling
+	}
+	return t
+}
+
+// Read loads a stats file.
+func Read(path string) (Snapshot, error) {
+	var s Snapshot
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return s, fmt.Errorf("decode %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // Record is one line of conns.jsonl.
@@ -92,12 +138,13 @@ func WriteAtomic(path string, v any) error {
 }
 
 // ConnLog appends Records as JSON lines through a buffer that is flushed
-// by Flush (pepd calls it every stats interval) and Close.
+// by Flush (pepd calls it every stats interval) and Close. Every write to
+// the file holds whole lines, so several processes can append to one
+// file (O_APPEND) without tearing records.
 type ConnLog struct {
-	mu  sync.Mutex
-	f   *os.File
-	w   *bufio.Writer
-	enc *json.Encoder
+	mu sync.Mutex
+	f  *os.File
+	w  *bufio.Writer
 }
 
 // OpenConnLog opens path for appending.
@@ -106,15 +153,26 @@ func OpenConnLog(path string) (*ConnLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open connection log: %w", err)
 	}
-	w := bufio.NewWriterSize(f, 64<<10)
-	return &ConnLog{f: f, w: w, enc: json.NewEncoder(w)}, nil
+	return &ConnLog{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
 }
 
 // Add appends one record.
 func (l *ConnLog) Add(r Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.enc.Encode(r)
+	if len(b) > l.w.Available() && l.w.Buffered() > 0 {
+		// bufio would split the line across two writes.
+		if err := l.w.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err = l.w.Write(b)
+	return err
 }
 
 // Flush pushes buffered records to the file.

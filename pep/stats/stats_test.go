@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -71,5 +74,81 @@ func TestConnLog(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("%d lines, want 3", n)
+	}
+}
+
+// TestConnLogSharedFile has two logs (two workers) append to one file
+// with buffers that fill mid-record; every line must stay whole.
+func TestConnLogSharedFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "conns.jsonl")
+	const perLog = 3000
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := 0; w < 2; w++ {
+		l, err := OpenConnLog(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perLog; i++ {
+				r := Record{ID: uint64(2*i + w + 1), Side: "lan", Result: "closed", Error: strings.Repeat("x", i%97)}
+				if err := l.Add(r); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- l.Close()
+		}()
+	}
+	wg.Wait()
+	for w := 0; w < 2; w++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[uint64]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("torn line %q: %v", sc.Text(), err)
+		}
+		seen[r.ID] = true
+	}
+	if len(seen) != 2*perLog {
+		t.Fatalf("%d distinct records, want %d", len(seen), 2*perLog)
+	}
+}
+
+func TestSum(t *testing.T) {
+	tests := []struct {
+		name  string
+		parts []Snapshot
+		want  Snapshot
+	}{
+		{name: "none", want: Snapshot{}},
+		{name: "one worker", parts: []Snapshot{{ConnectionsActive: 3, ConnectionsSplit: 5, BytesLanToWan: 7, Listening: true}},
+			want: Snapshot{ConnectionsActive: 3, ConnectionsSplit: 5, BytesLanToWan: 7, Listening: true}},
+		{name: "counters add, one listener is enough", parts: []Snapshot{
+			{ConnectionsActive: 4900, ConnectionsSplit: 5000, BytesLanToWan: 10, BytesWanToLan: 1, ConnectionsHighWater: 4950, PipesInUse: 2, ResetsPropagated: 1, Listening: false},
+			{ConnectionsActive: 5100, ConnectionsSplit: 5100, BytesLanToWan: 20, BytesWanToLan: 2, ConnectionsHighWater: 5100, PipesInUse: 1, ConnectionsRefused: 4, Listening: true},
+		}, want: Snapshot{ConnectionsActive: 10000, ConnectionsSplit: 10100, BytesLanToWan: 30, BytesWanToLan: 3,
+			ConnectionsHighWater: 10050, PipesInUse: 3, ResetsPropagated: 1, ConnectionsRefused: 4, Listening: true}},
+		{name: "all paused", parts: []Snapshot{{ConnectionsActive: 1}, {ConnectionsActive: 1}},
+			want: Snapshot{ConnectionsActive: 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Sum(tt.parts); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Sum = %+v\nwant  %+v", got, tt.want)
+			}
+		})
 	}
 }

@@ -20,7 +20,11 @@ import (
 // Listen opens a transparent TCP listener on 0.0.0.0:port with the leg's
 // pre-handshake options, which accepted sockets inherit (window scale,
 // MSS and congestion control are decided when the SYN is answered).
-func Listen(ctx context.Context, port int, leg tune.Leg) (*net.TCPListener, error) {
+// shared sets SO_REUSEPORT so several pepd worker processes listen on one
+// port: the TPROXY lookup then picks one of them by the flow's hash. A
+// single pepd leaves it off, so a second daemon on the port fails to
+// start instead of silently taking part of the traffic.
+func Listen(ctx context.Context, port int, leg tune.Leg, shared bool) (*net.TCPListener, error) {
 	lc := net.ListenConfig{
 		// Go's default 15 s keep-alive would be far too chatty on a
 		// satellite link; tune.Leg sets pepd's own after the handshake.
@@ -32,6 +36,11 @@ func Listen(ctx context.Context, port int, leg tune.Leg) (*net.TCPListener, erro
 				}
 				if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 					return fmt.Errorf("SO_REUSEADDR: %w", err)
+				}
+				if shared {
+					if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+						return fmt.Errorf("SO_REUSEPORT: %w", err)
+					}
 				}
 				return leg.ApplyPre(fd)
 			})

@@ -15,6 +15,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -35,6 +36,10 @@ type config struct {
 	check      bool
 	ccFile     string
 	cpuProfile string
+	// worker/workers: set (workers > 0) when a supervising pepd started
+	// this process as worker number worker of workers.
+	worker, workers int
+	connLog         string // connection log path ("" = in stateDir)
 }
 
 func envOr(k, def string) string {
@@ -59,6 +64,7 @@ func parseArgs(args []string) (config, error) {
 	fs.BoolVar(&c.check, "check", false, "validate options, print the resolved configuration and exit")
 	fs.StringVar(&c.ccFile, "cc-file", tune.CCProcFile, "where the kernel lists available congestion controls")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", os.Getenv("PEPD_CPUPROFILE"), "write a CPU profile to this file (or pepd-PID.prof in this directory) until exit")
+	workerSpec := fs.String("worker", "", "internal: run as worker I/N of a supervising pepd")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, fmt.Errorf("usage: pepd [-opts 'k=v ...'] [-rate-bps N] [-rtt-ms N] [-state-dir DIR] [-role a|b] [-check]; options: %s",
@@ -81,6 +87,16 @@ func parseArgs(args []string) (config, error) {
 	}
 	if c.opts, err = options.Parse(*optStr); err != nil {
 		return c, err
+	}
+	if *workerSpec != "" {
+		if c.worker, c.workers, err = parseWorker(*workerSpec); err != nil {
+			return c, err
+		}
+		// The supervisor's state dir holds the shared connection log and
+		// one directory per worker for its ready and stats files.
+		c.connLog = filepath.Join(c.stateDir, server.ConnsFile)
+		c.stateDir = workerDir(c.stateDir, c.worker)
+		c.opts.MaxConns = workerShare(c.opts.MaxConns, c.workers)
 	}
 	avail, err := tune.AvailableCC(c.ccFile)
 	if err != nil {
@@ -113,45 +129,63 @@ func main() {
 		os.Exit(2)
 	}
 	wan, lan := legs(c)
+	limit, limitErr := raiseFileLimit(c.opts.MaxConns, "/proc/sys/fs/nr_open")
+	n := c.workers
+	if n == 0 {
+		n = workerCount(c.opts.Workers, c.opts.MaxConns, limit)
+	}
 	if c.check {
-		fmt.Printf("ok ports=%d,%d wan_buf=%d lan_buf=%d cc=%q lan_cc=%q\n",
-			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC)
+		fmt.Printf("ok ports=%d,%d wan_buf=%d lan_buf=%d cc=%q lan_cc=%q workers=%d\n",
+			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC, n)
 		return
 	}
-	logger := log.New(os.Stderr, "pepd: ", log.LstdFlags|log.Lmicroseconds)
-	limit, err := raiseFileLimit(c.opts.MaxConns, "/proc/sys/fs/nr_open")
-	if err != nil {
-		logger.Print(err)
+	prefix := "pepd: "
+	if c.workers > 0 {
+		prefix = fmt.Sprintf("pepd[%d]: ", c.worker)
 	}
+	logger := log.New(os.Stderr, prefix, log.LstdFlags|log.Lmicroseconds)
+	if limitErr != nil {
+		logger.Print(limitErr)
+	}
+	if c.workers == 0 && n > 1 {
+		os.Exit(supervise(c, n, logger))
+	}
+	os.Exit(serve(c, wan, lan, limit, logger, prefix))
+}
+
+// serve runs one server: the whole pepd, or one worker of several.
+func serve(c config, wan, lan tune.Leg, limit uint64, logger *log.Logger, prefix string) int {
 	if n := connsAllowed(limit); n < c.opts.MaxConns {
 		// Past the limit accept and dial would fail with EMFILE and
 		// clients would hang in the queue; at max_conns the overflow
 		// policy (passthrough or refuse) applies instead.
-		logger.Printf("open-file limit %d allows %d split connections (two sockets each, %d reserved): max_conns %d lowered to %d (more needs a higher ulimit -Hn or CAP_SYS_RESOURCE)",
+		logger.Printf("open-file limit %d allows %d split connections (two sockets each, %d reserved): max_conns %d lowered to %d (more needs workers=auto, a higher ulimit -Hn or CAP_SYS_RESOURCE)",
 			limit, n, fdReserve, c.opts.MaxConns, n)
 		c.opts.MaxConns = n
 	}
 	srv, err := server.New(server.Config{
 		Name: c.name, Role: c.role, Opts: c.opts, WAN: wan, LAN: lan, StateDir: c.stateDir,
-		Log: logger, OpenFileLimit: limit,
+		Log: logger, OpenFileLimit: limit, Workers: max(c.workers, 1), Worker: c.worker, ConnLogPath: c.connLog,
 	})
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
-		os.Exit(1)
+		fmt.Fprintf(os.Stderr, "%s%v\n", prefix, err)
+		return 1
 	}
 	if c.cpuProfile != "" {
 		if st, err := os.Stat(c.cpuProfile); err == nil && st.IsDir() {
 			// One directory for several pepds (e.g. both ends of a chain).
 			c.cpuProfile = fmt.Sprintf("%s/pepd-%d.prof", c.cpuProfile, os.Getpid())
+		} else if c.workers > 0 {
+			c.cpuProfile = fmt.Sprintf("%s.%d", c.cpuProfile, c.worker)
 		}
 		f, err := os.Create(c.cpuProfile)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "pepd: cpuprofile: %v\n", err)
-			os.Exit(2)
+			fmt.Fprintf(os.Stderr, "%scpuprofile: %v\n", prefix, err)
+			return 2
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "pepd: cpuprofile: %v\n", err)
-			os.Exit(2)
+			fmt.Fprintf(os.Stderr, "%scpuprofile: %v\n", prefix, err)
+			return 2
 		}
 		defer func() {
 			pprof.StopCPUProfile()
@@ -161,9 +195,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := srv.Run(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "pepd: %v\n", err)
-		stop()
-		pprof.StopCPUProfile()
-		os.Exit(1)
+		fmt.Fprintf(os.Stderr, "%s%v\n", prefix, err)
+		return 1
 	}
+	return 0
 }
