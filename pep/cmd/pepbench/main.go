@@ -47,6 +47,7 @@ func main() {
 	opts := flag.String("opts", "", "extra pepd options (SATBED_PEP_OPTS)")
 	offloads := flag.String("offloads", "off", "port offloads: off (as the testbed sets them), on, or both (each measured, printed side by side)")
 	shape := flag.String("shape", "", "if set (e.g. 200mbit), an HTB rate on pepA's WAN port, so the link and not the CPU is the bottleneck")
+	holdOnly := flag.Bool("hold-only", false, "run only the hold test (pepd, offloads off)")
 	serve := flag.Bool("serve", false, "internal: run the servers (used inside client B's namespace)")
 	flag.Parse()
 	if *serve {
@@ -56,19 +57,17 @@ func main() {
 		}
 		return
 	}
-	if err := run(*adapters, *binDir, *opts, *shape, *offloads, *dur, *flows, *hold, *setup); err != nil {
+	if err := run(*adapters, *binDir, *opts, *shape, *offloads, *dur, *flows, *hold, *setup, *holdOnly); err != nil {
 		fmt.Fprintf(os.Stderr, "pepbench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(adapters, binDir, opts, shape, offloads string, dur time.Duration, flows, hold int, setup time.Duration) error {
+func run(adapters, binDir, opts, shape, offloads string, dur time.Duration, flows, hold int, setup time.Duration, holdOnly bool) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root")
 	}
-	// A split connection costs pepd two sockets, so the open-file limit
-	// (inherited by the pepds) bounds the hold test. Raising the hard
-	// limit needs CAP_SYS_RESOURCE; without it the test is capped.
+	// The hold test's client sockets all live in this process.
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 		return err
@@ -79,8 +78,10 @@ func run(adapters, binDir, opts, shape, offloads string, dur time.Duration, flow
 			lim.Max = want
 		}
 	}
-	if capN := int(lim.Max/2) - 200; hold > capN {
-		fmt.Printf("note: open-file hard limit %d (no CAP_SYS_RESOURCE to raise it) allows pepd ~%d split connections; holding %d instead of %d\n",
+	// pepd runs as many workers as its limit needs; this process holds
+	// the client sockets itself (the servers are another process).
+	if capN := int(lim.Max) - 1000; hold > capN {
+		fmt.Printf("note: open-file hard limit %d (no CAP_SYS_RESOURCE to raise it) allows this process ~%d client sockets; holding %d instead of %d\n",
 			lim.Max, capN, capN, hold)
 		hold = capN
 	}
@@ -129,6 +130,12 @@ func run(adapters, binDir, opts, shape, offloads string, dur time.Duration, flow
 		return err
 	}
 	defer stopServers()
+	if holdOnly {
+		if err := chain.SetOffloads(false); err != nil {
+			return err
+		}
+		return b.hold(hold)
+	}
 
 	var states []bool
 	switch offloads {
@@ -196,10 +203,67 @@ type result struct {
 	setup float64
 }
 
-// measure starts mode's adapters, runs the throughput points (and, if
-// full, the setup rate and for pepd the hold test), then stops them.
+// measure runs the throughput points on mode's PEPs (and, if full, the
+// setup rate and for pepd the hold test).
 func (b *bench) measure(mode string, flows int, dur, setup time.Duration, full bool, hold int) (r result, err error) {
-	nodes, err := b.start(mode)
+	// Per-connection logging would measure the disk, not pepd. Short
+	// keep-alive: under overload a reset can be dropped, and a leg left
+	// established would stall the next point.
+	err = b.withPEPs(mode, mergeOpts("conn_log=0 max_conns=50000 keepalive=3", b.opts), func() error {
+		var err error
+		cpu0 := b.cpuTimes()
+		if r.tput[0], err = b.throughput(1, dur); err != nil {
+			return err
+		}
+		if mode == "pepd" {
+			cpu1 := b.cpuTimes()
+			for i := range cpu1 {
+				fmt.Printf("pepd %s CPU during the 1-flow point: user %.2fs sys %.2fs\n",
+					b.nodes[i].Role, cpu1[i][0]-cpu0[i][0], cpu1[i][1]-cpu0[i][1])
+			}
+		}
+		if r.tput[1], err = b.throughput(flows, dur); err != nil {
+			return err
+		}
+		fmt.Printf("%-5s 1 flow %8.2f Gbit/s   %d flows %8.2f Gbit/s\n", mode, r.tput[0].bps/1e9, flows, r.tput[1].bps/1e9)
+		if !full {
+			return nil
+		}
+		c0 := b.cpuTimes()
+		if r.setup, err = b.setupRate(setup, 16); err != nil {
+			return err
+		}
+		fmt.Printf("%-5s setup %.0f conn/s\n", mode, r.setup)
+		if mode == "pepd" && r.setup > 0 {
+			// CPU per connection does not depend on what else the
+			// machine runs, unlike the rate itself.
+			c1 := b.cpuTimes()
+			for i := range c1 {
+				used := c1[i][0] - c0[i][0] + c1[i][1] - c0[i][1]
+				fmt.Printf("pepd %s CPU during the setup point: %.0f µs per connection (user %.2fs sys %.2fs)\n",
+					b.nodes[i].Role, used/(r.setup*setup.Seconds())*1e6, c1[i][0]-c0[i][0], c1[i][1]-c0[i][1])
+			}
+		}
+		return nil
+	})
+	if err == nil && full && mode == "pepd" {
+		err = b.hold(hold)
+	}
+	return r, err
+}
+
+// hold runs the hold test on fresh pepds with as many worker processes
+// as their open-file limit needs for n connections (and 10 % slack: the
+// kernel spreads flows over the workers by hash, not evenly).
+func (b *bench) hold(n int) error {
+	opts := mergeOpts(fmt.Sprintf("conn_log=0 keepalive=3 workers=auto max_conns=%d", n+n/10), b.opts)
+	return b.withPEPs("pepd", opts, func() error { return b.holdTest(b.nodes, n) })
+}
+
+// withPEPs starts mode's adapter on every PEP with opts, runs f, and
+// stops them.
+func (b *bench) withPEPs(mode, opts string, f func() error) (err error) {
+	nodes, err := b.start(mode, opts)
 	b.nodes = nodes
 	defer func() {
 		for _, n := range nodes {
@@ -209,48 +273,36 @@ func (b *bench) measure(mode string, flows int, dur, setup time.Duration, full b
 			n.Kill()
 			os.RemoveAll(n.StateDir)
 		}
+		b.nodes = nil
 	}()
 	if err != nil {
-		return r, err
+		return err
 	}
-	cpu0 := b.cpuTimes()
-	if r.tput[0], err = b.throughput(1, dur); err != nil {
-		return r, err
-	}
-	if mode == "pepd" {
-		cpu1 := b.cpuTimes()
-		for i := range cpu1 {
-			fmt.Printf("pepd %s CPU during the 1-flow point: user %.2fs sys %.2fs\n",
-				b.nodes[i].Role, cpu1[i][0]-cpu0[i][0], cpu1[i][1]-cpu0[i][1])
-		}
-	}
-	if r.tput[1], err = b.throughput(flows, dur); err != nil {
-		return r, err
-	}
-	fmt.Printf("%-5s 1 flow %8.2f Gbit/s   %d flows %8.2f Gbit/s\n", mode, r.tput[0].bps/1e9, flows, r.tput[1].bps/1e9)
-	if !full {
-		return r, nil
-	}
-	c0 := b.cpuTimes()
-	if r.setup, err = b.setupRate(setup, 16); err != nil {
-		return r, err
-	}
-	fmt.Printf("%-5s setup %.0f conn/s\n", mode, r.setup)
-	if mode == "pepd" && r.setup > 0 {
-		// CPU per connection does not depend on what else the
-		// machine runs, unlike the rate itself.
-		c1 := b.cpuTimes()
-		for i := range c1 {
-			used := c1[i][0] - c0[i][0] + c1[i][1] - c0[i][1]
-			fmt.Printf("pepd %s CPU during the setup point: %.0f µs per connection (user %.2fs sys %.2fs)\n",
-				b.nodes[i].Role, used/(r.setup*setup.Seconds())*1e6, c1[i][0]-c0[i][0], c1[i][1]-c0[i][1])
-		}
-		err = b.holdTest(nodes, hold)
-	}
-	return r, err
+	return f()
 }
 
-func (b *bench) start(mode string) ([]*netns.PEPNode, error) {
+// mergeOpts joins option strings; a key given later replaces the earlier
+// value (pepd itself rejects a key given twice).
+func mergeOpts(parts ...string) string {
+	var keys []string
+	val := map[string]string{}
+	for _, p := range parts {
+		for _, f := range strings.Fields(p) {
+			k, _, _ := strings.Cut(f, "=")
+			if _, seen := val[k]; !seen {
+				keys = append(keys, k)
+			}
+			val[k] = f
+		}
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = val[k]
+	}
+	return strings.Join(out, " ")
+}
+
+func (b *bench) start(mode, opts string) ([]*netns.PEPNode, error) {
 	var nodes []*netns.PEPNode
 	for i, ns := range b.chain.PEPs {
 		dir, err := os.MkdirTemp("", "pepbench-")
@@ -260,10 +312,7 @@ func (b *bench) start(mode string) ([]*netns.PEPNode, error) {
 		n := &netns.PEPNode{NS: ns, Adapter: filepath.Join(b.adapters, mode), StateDir: dir,
 			Role: string(rune('a' + i)), BinDir: b.binDir}
 		if mode == "pepd" {
-			// Per-connection logging would measure the disk, not pepd.
-			// Short keep-alive: under overload a reset can be dropped, and a
-			// leg left established would stall the next point.
-			n.Opts = "conn_log=0 max_conns=50000 keepalive=3 " + b.opts
+			n.Opts = opts
 		}
 		if _, stderr, err := n.Call("start"); err != nil {
 			return nodes, fmt.Errorf("start %s: %v: %s", mode, err, stderr)
@@ -637,8 +686,8 @@ func (b *bench) holdTest(nodes []*netns.PEPNode, n int) error {
 		}
 		out, _, _ := nd.Call("stats")
 		active := field(out, "connections_active")
-		fmt.Printf("pepd %s: %d connections held (stats: %s active), RSS %d -> %d KB: %.1f KB per connection\n",
-			nd.Role, n, active, base[i], rss, float64(rss-base[i])/float64(n))
+		fmt.Printf("pepd %s: %d connections held (stats: %s active, %s workers), RSS of all its processes %d -> %d KB: %.1f KB per connection\n",
+			nd.Role, n, active, field(out, "workers"), base[i], rss, float64(rss-base[i])/float64(n))
 	}
 	fmt.Printf("opened and verified %d connections in %v (%.0f conn/s with 32 parallel openers)\n", n, opened.Round(time.Millisecond), float64(n)/opened.Seconds())
 	return nil
@@ -656,40 +705,71 @@ func field(js, key string) string {
 	return rest
 }
 
-// cpuTimes returns user and system CPU seconds of each running pepd.
+// cpuTimes returns user and system CPU seconds of each running pepd
+// (with workers: supervisor and workers together).
 func (b *bench) cpuTimes() [][2]float64 {
 	out := make([][2]float64, len(b.nodes))
 	for i, nd := range b.nodes {
-		pid, err := os.ReadFile(filepath.Join(nd.StateDir, "pepd.pid"))
-		if err != nil {
-			continue
-		}
-		st, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/stat")
-		if err != nil {
-			continue
-		}
-		// Fields after the parenthesised command: utime and stime are
-		// the 12th and 13th, in clock ticks (100 per second on Linux).
-		rest := string(st)
-		if j := strings.LastIndexByte(rest, ')'); j >= 0 {
-			rest = rest[j+2:]
-		}
-		f := strings.Fields(rest)
-		if len(f) > 12 {
-			u, _ := strconv.ParseFloat(f[11], 64)
-			s, _ := strconv.ParseFloat(f[12], 64)
-			out[i] = [2]float64{u / 100, s / 100}
+		for _, pid := range pepdPIDs(nd) {
+			st, err := os.ReadFile("/proc/" + pid + "/stat")
+			if err != nil {
+				continue
+			}
+			// Fields after the parenthesised command: utime and stime are
+			// the 12th and 13th, in clock ticks (100 per second on Linux).
+			rest := string(st)
+			if j := strings.LastIndexByte(rest, ')'); j >= 0 {
+				rest = rest[j+2:]
+			}
+			f := strings.Fields(rest)
+			if len(f) > 12 {
+				u, _ := strconv.ParseFloat(f[11], 64)
+				s, _ := strconv.ParseFloat(f[12], 64)
+				out[i][0] += u / 100
+				out[i][1] += s / 100
+			}
 		}
 	}
 	return out
 }
 
-func rssKB(nd *netns.PEPNode) (int64, error) {
-	pid, err := os.ReadFile(filepath.Join(nd.StateDir, "pepd.pid"))
+// pepdPIDs returns the pid of nd's pepd and of its children (workers).
+func pepdPIDs(nd *netns.PEPNode) []string {
+	b, err := os.ReadFile(filepath.Join(nd.StateDir, "pepd.pid"))
 	if err != nil {
-		return 0, err
+		return nil
 	}
-	f, err := os.Open("/proc/" + strings.TrimSpace(string(pid)) + "/status")
+	pid := strings.TrimSpace(string(b))
+	pids := []string{pid}
+	// Children are listed per thread of the parent.
+	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
+	for _, t := range tasks {
+		if c, err := os.ReadFile(t); err == nil {
+			pids = append(pids, strings.Fields(string(c))...)
+		}
+	}
+	return pids
+}
+
+// rssKB is the resident memory of nd's pepd processes, summed.
+func rssKB(nd *netns.PEPNode) (int64, error) {
+	pids := pepdPIDs(nd)
+	if len(pids) == 0 {
+		return 0, errors.New("no pepd pid")
+	}
+	var total int64
+	for _, pid := range pids {
+		kb, err := procRSS(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += kb
+	}
+	return total, nil
+}
+
+func procRSS(pid string) (int64, error) {
+	f, err := os.Open("/proc/" + pid + "/status")
 	if err != nil {
 		return 0, err
 	}
