@@ -364,14 +364,16 @@ def host_info() -> dict:
 
 
 def cell_cost(cell: Cell) -> float:
-    """Cores one cell keeps busy, averaged over its life. An 8 Mbit/s cell is
-    mostly waiting (the userspace emulator, PEPs and four captures move ~700
-    packets/s; its analysis runs niced at the end); at 1 Gbit/s each of them
-    wants a core. ping is nearly free."""
+    """Cores one cell keeps busy, averaged over its life: measured 0.45 cores
+    for a 20 MB scp through pepd at 8 Mbit/s including setup and graphs, and
+    a full Global Hawk matrix at 11 cells saturated both cores (ssh clients
+    then lost up to 21% goodput). So 0.25 for an 8 Mbit/s cell (emulator,
+    PEPs, four captures, ssh encryption, niced analysis); at 1 Gbit/s each of
+    them wants a core. ping is nearly free."""
     if cell.params["client"] == "ping":
         return 0.1
     rate = cell.config["link"]["a_to_b"]["rate_bps"] or 1e9
-    return 0.12 + 2.0 * rate / 1e9
+    return 0.25 + 2.0 * rate / 1e9
 
 
 def default_jobs(cells: list[Cell], host: dict | None = None, cap_by_cells: bool = True) -> int:
