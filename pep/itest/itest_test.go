@@ -1099,3 +1099,44 @@ func TestWorkersHoldConnections(t *testing.T) {
 		}
 	}
 }
+
+// TestBERDefaults: on a link with bit errors the adapter gives pepd BBR
+// and 8 x BDP WAN buffers unless the options say otherwise.
+func TestBERDefaults(t *testing.T) {
+	tests := []struct {
+		ber, opts, wantCC, wantFactor string
+	}{
+		{ber: "0", wantCC: "", wantFactor: "2"},
+		{ber: "1e-5", wantCC: "bbr", wantFactor: "8"},
+		{ber: "1e-5", opts: "buffer_factor=3 cc=cubic", wantCC: "cubic", wantFactor: "3"},
+		{ber: "1e-7", opts: "wan_buf=1000000", wantCC: "bbr", wantFactor: "2"},
+	}
+	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil || !strings.Contains(string(avail), "bbr") {
+		t.Skip("kernel offers no bbr")
+	}
+	chain, err := netns.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chain.Close()
+	for _, tt := range tests {
+		n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath("pepd"), StateDir: t.TempDir(), Role: "a",
+			BinDir: binDir, RateBps: 8_000_000, RTTms: 600, BER: tt.ber, Opts: strings.TrimSpace(testOpts + " " + tt.opts)}
+		if _, stderr, err := n.Call("start"); err != nil {
+			t.Fatalf("BER %s %q: start: %v: %s", tt.ber, tt.opts, err, stderr)
+		}
+		raw, _, _ := n.Call("stats")
+		n.Call("stop")
+		n.Kill()
+		var s struct {
+			Options map[string]string `json:"options"`
+		}
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			t.Fatalf("stats %q: %v", raw, err)
+		}
+		if s.Options["cc"] != tt.wantCC || s.Options["buffer_factor"] != tt.wantFactor {
+			t.Errorf("BER %s %q: cc %q buffer_factor %q, want %q %q", tt.ber, tt.opts, s.Options["cc"], s.Options["buffer_factor"], tt.wantCC, tt.wantFactor)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ type PEPNode struct {
 	RateBps  int64
 	RTTms    int
 	LANDev   string // overrides the LAN port name (tests of bad configuration)
+	BER      string // SATBED_BER ("" = 0)
 }
 
 // Env is the contract environment for this node.
@@ -35,7 +37,7 @@ func (p *PEPNode) Env() []string {
 		"SATBED_PEP_BRIDGE="+Bridge,
 		fmt.Sprintf("SATBED_RATE_BPS=%d", p.RateBps),
 		fmt.Sprintf("SATBED_RTT_MS=%d", p.RTTms),
-		"SATBED_BER=0",
+		"SATBED_BER="+cmp.Or(p.BER, "0"),
 		"SATBED_BUFFER_BYTES=0",
 		"SATBED_PEP_OPTS="+p.Opts,
 		"SATBED_STATE_DIR="+p.StateDir,
