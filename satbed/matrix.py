@@ -364,16 +364,16 @@ def host_info() -> dict:
 
 
 def cell_cost(cell: Cell) -> float:
-    """Cores one cell keeps busy, averaged over its life: measured 0.45 cores
-    for a 20 MB scp through pepd at 8 Mbit/s including setup and graphs, and
-    a full Global Hawk matrix at 11 cells saturated both cores (ssh clients
-    then lost up to 21% goodput). So 0.25 for an 8 Mbit/s cell (emulator,
-    PEPs, four captures, ssh encryption, niced analysis); at 1 Gbit/s each of
-    them wants a core. ping is nearly free."""
+    """Cores one cell keeps busy, as far as parallel fidelity goes: a full
+    Global Hawk matrix at 11 cells saturated both cores (ssh clients lost up
+    to 21% goodput); with SCP as the reference, 5 cells beside it cost it
+    5.9%, 3 cells 0.9% (`--fidelity`, 2 cores). So 0.38 for an 8 Mbit/s cell
+    (emulator, PEPs, four captures, ssh, niced analysis): --jobs 4 here. At
+    1 Gbit/s each of those processes wants a core. ping is nearly free."""
     if cell.params["client"] == "ping":
         return 0.1
     rate = cell.config["link"]["a_to_b"]["rate_bps"] or 1e9
-    return 0.25 + 2.0 * rate / 1e9
+    return 0.38 + 2.0 * rate / 1e9
 
 
 def default_jobs(cells: list[Cell], host: dict | None = None, cap_by_cells: bool = True) -> int:
@@ -788,8 +788,10 @@ SIMILAR = {"sftp": "scp", "rsync": "scp", "nuttcp-tcp": "ftp", "wget": "ftp", "i
 
 
 def client_limit(params: dict, rate_bps: float | None) -> float:
-    """The clients' own stall limit (ClientContext.transfer_timeout)."""
-    return 60 + 10 * params["rtt"] / 1000 + params["size"] * 8 / max(100_000, (rate_bps or 1e9) / 20)
+    """How long a transfer may run: the time limit, else the clients' own
+    stall limit (ClientContext.transfer_timeout)."""
+    stall = 60 + 10 * params["rtt"] / 1000 + params["size"] * 8 / max(100_000, (rate_bps or 1e9) / 20)
+    return min(stall, params["time_limit"]) if params.get("time_limit") else stall
 
 
 def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = None) -> dict:
@@ -806,7 +808,7 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
             raise SatbedError(f"no results database {p}")
         with Store(p) as s:
             rows += [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
-                     and r.status in ("ok", "failed", "timeout")]
+                     and r.status in ("ok", "limited", "failed", "timeout")]
     jobs = jobs or default_jobs(exp.cells, cap_by_cells=False)
     points: dict[tuple, dict[float, list[float]]] = {}
     overheads: list[tuple[float, float]] = []

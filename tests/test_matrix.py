@@ -105,7 +105,7 @@ def test_default_jobs_follow_cores_memory_and_rate(tmp_path):
     assert matrix.default_jobs(slow, {"cores": 2, "mem_available": 600 << 20}) == 2
     for c in slow:
         c.params["client"] = "scp"
-    assert matrix.default_jobs(slow, host, cap_by_cells=False) == 6    # 8 Mbit/s: 0.266 cores each
+    assert matrix.default_jobs(slow, host, cap_by_cells=False) == 4    # 8 Mbit/s: 0.396 cores each
     for c in slow:
         c.config["link"]["a_to_b"]["rate_bps"] = 1_000_000_000
     assert matrix.default_jobs(slow, host) == 1
