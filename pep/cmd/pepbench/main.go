@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -685,9 +686,15 @@ func (b *bench) holdTest(nodes []*netns.PEPNode, n int) error {
 			return err
 		}
 		out, _, _ := nd.Call("stats")
-		active := field(out, "connections_active")
-		fmt.Printf("pepd %s: %d connections held (stats: %s active, %s workers), RSS of all its processes %d -> %d KB: %.1f KB per connection\n",
-			nd.Role, n, active, field(out, "workers"), base[i], rss, float64(rss-base[i])/float64(n))
+		var st struct {
+			Active  int64 `json:"connections_active"`
+			Workers int   `json:"workers"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return fmt.Errorf("pepd %s stats %q: %w", nd.Role, out, err)
+		}
+		fmt.Printf("pepd %s: %d connections held (stats: %d active, %d workers), RSS of all its processes %d -> %d KB: %.1f KB per connection\n",
+			nd.Role, n, st.Active, st.Workers, base[i], rss, float64(rss-base[i])/float64(n))
 	}
 	fmt.Printf("opened and verified %d connections in %v (%.0f conn/s with 32 parallel openers)\n", n, opened.Round(time.Millisecond), float64(n)/opened.Seconds())
 	return nil
