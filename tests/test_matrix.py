@@ -268,9 +268,13 @@ def test_smoke_runs_in_parallel_resumes_and_reports(tmp_path):
 
 @needs_root
 def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
+    # Eight ping cells of ~10 s each (10 probes at 500-600 ms), two at a time:
+    # slow enough that the interrupt lands while cells are still to run.
+    exp = write(tmp_path, "repetitions: 4\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
+                          " captures: none}\naxes: {rtt: [500, 600]}\n")
     out = str(tmp_path / "intr")
     env = {**os.environ, "PYTHONPATH": REPO}
-    p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", SMOKE, "--jobs", "2", "--out", out],
+    p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--jobs", "2", "--out", out],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
         # Interrupt once some cells are done and others are mid-run.
@@ -280,7 +284,7 @@ def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
                 break
             time.sleep(0.5)
         # A second matrix on the same directory would run the same cells twice.
-        twin = satbed("matrix", SMOKE, "--out", out, timeout=60)
+        twin = satbed("matrix", exp, "--out", out, timeout=60)
         assert twin.returncode == 2 and "another `satbed matrix` is running" in twin.stderr
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=90)
@@ -295,7 +299,7 @@ def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
     assert st.get("interrupted", 0) >= 1, st
     assert _leftovers(out) == []
 
-    cp = satbed("matrix", SMOKE, "--jobs", "4", "--out", out, timeout=300)
+    cp = satbed("matrix", exp, "--jobs", "4", "--out", out, timeout=300)
     assert cp.returncode == 0, cp.stderr
     counts = json.loads(cp.stdout.splitlines()[-1])
     assert counts["skipped"] == st["ok"] and counts["ok"] == 8 - st["ok"]
@@ -305,8 +309,8 @@ def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
 
 @needs_root
 def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tmp_path):
-    # A ping cell needs ~10 s for its testbed alone: a 4 s limit stops it mid-setup.
-    path = write(tmp_path, "timeout: 4\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
+    # A ping cell needs a few seconds for its testbed alone: a 1 s limit stops it mid-setup.
+    path = write(tmp_path, "timeout: 1\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
                            " captures: none}\naxes: {rtt: [0, 100]}\n")
     out = str(tmp_path / "to")
     cp = satbed("matrix", path, "--jobs", "2", "--out", out, "--strict", timeout=200)
@@ -315,7 +319,7 @@ def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tm
     db = sqlite3.connect(os.path.join(out, "results.sqlite"))
     errors = [e for (e,) in db.execute("SELECT error FROM cells")]
     db.close()
-    assert errors == ["timed out after 4s"] * 2
+    assert errors == ["timed out after 1s"] * 2
     assert _leftovers(out) == []
     # Timed-out cells count as done unless retried.
     cp = satbed("matrix", path, "--jobs", "2", "--out", out, timeout=200)
