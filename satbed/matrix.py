@@ -61,7 +61,7 @@ BACKENDS = ("mininet", "docker")
 TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
-SPAWN_GAP_S = 3.0           # between cell starts: testbed setups are CPU-bound bursts
+SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound bursts of ~1.5 s
 
 
 def _choice(*allowed: str):
