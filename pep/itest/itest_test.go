@@ -169,6 +169,36 @@ func (b *bed) dial(t *testing.T, port int) (*net.TCPConn, error) {
 	return c, err
 }
 
+// greetedPair connects client A to a server on client B's port through the
+// chain and has the first five bytes ("hello") cross it, so both ends are
+// established end to end; the server's end closes with the test.
+func (b *bed) greetedPair(t *testing.T, port int) (client, server *net.TCPConn) {
+	t.Helper()
+	ln := b.listen(t, port)
+	srv := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			srv <- nil
+			return
+		}
+		buf := make([]byte, 5)
+		io.ReadFull(c, buf)
+		srv <- c
+	}()
+	c, err := b.dial(t, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("hello"))
+	s := <-srv
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { s.Close() })
+	return c, s
+}
+
 // dialTTL is dial with the client socket's IP TTL set to ttl.
 func (b *bed) dialTTL(t *testing.T, port, ttl int) (*net.TCPConn, error) {
 	t.Helper()
@@ -431,28 +461,7 @@ func TestResetPropagatesTwoPEPs(t *testing.T) {
 	for _, who := range []string{"server", "client"} {
 		t.Run(who+" resets", func(t *testing.T) {
 			b := newBed(t, testOpts, "pepd", "pepd")
-			ln := b.listen(t, 5003)
-			srv := make(chan *net.TCPConn, 1)
-			go func() {
-				c, err := ln.AcceptTCP()
-				if err != nil {
-					srv <- nil
-					return
-				}
-				buf := make([]byte, 5)
-				io.ReadFull(c, buf)
-				srv <- c
-			}()
-			c, err := b.dial(t, 5003)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Write([]byte("hello"))
-			s := <-srv
-			if s == nil {
-				t.Fatal("accept failed")
-			}
-			defer s.Close()
+			c, s := b.greetedPair(t, 5003)
 			victim, aborter := c, s
 			if who == "client" {
 				victim, aborter = s, c
@@ -974,35 +983,14 @@ func TestUDPUntouched(t *testing.T) {
 // established connection forever.
 func TestKeepAliveFindsVanishedPeer(t *testing.T) {
 	b := newBed(t, testOpts+" keepalive=1", "pepd")
-	ln := b.listen(t, 7)
-	srv := make(chan *net.TCPConn, 1)
-	go func() {
-		c, err := ln.AcceptTCP()
-		if err != nil {
-			srv <- nil
-			return
-		}
-		buf := make([]byte, 5)
-		io.ReadFull(c, buf)
-		srv <- c
-	}()
-	c, err := b.dial(t, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Write([]byte("hello"))
-	s := <-srv
-	if s == nil {
-		t.Fatal("accept failed")
-	}
-	defer s.Close()
+	c, s := b.greetedPair(t, 7)
 	if _, err := netns.Exec(b.chain.ClientA, "nft", "add table ip cut; add chain ip cut out { type filter hook output priority 0; policy drop; }; add chain ip cut in { type filter hook input priority 0; policy drop; }"); err != nil {
 		t.Fatal(err)
 	}
 	abort(c)
 	start := time.Now()
 	s.SetReadDeadline(time.Now().Add(15 * time.Second))
-	_, err = io.Copy(io.Discard, s)
+	_, err := io.Copy(io.Discard, s)
 	if !isReset(err) {
 		t.Fatalf("server: want reset once keep-alive gives up, got %v", err)
 	}
