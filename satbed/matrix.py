@@ -341,13 +341,10 @@ def estimate_seconds(cfg) -> float:
 
 
 def default_timeout(cfg) -> float:
-    """Generous but finite: the clients' own transfer bound (a twentieth of
-    the rate) or the time limit, plus setup, teardown and the analysis."""
-    rate = max(100_000, (cfg.link.rate_bps or 1e9) / 20)
-    transfer = 10 * cfg.link.rtt_ms / 1000 + cfg.size_bytes * 8 / rate
-    if cfg.time_limit_s:
-        transfer = min(transfer, cfg.time_limit_s + 30)
-    return 120 + 60 + transfer + cfg.size_bytes / 2e6
+    """Generous but finite: how long the transfer may run (client_limit),
+    plus setup, teardown and the analysis of the capture."""
+    params = {"rtt": cfg.link.rtt_ms, "size": cfg.size_bytes, "time_limit": cfg.time_limit_s}
+    return 180 + client_limit(params, cfg.link.rate_bps) + cfg.size_bytes / 2e6
 
 
 def host_info() -> dict:
@@ -790,7 +787,8 @@ SIMILAR = {"sftp": "scp", "rsync": "scp", "nuttcp-tcp": "ftp", "wget": "ftp", "i
 def client_limit(params: dict, rate_bps: float | None) -> float:
     """How long a transfer may run: the time limit, else the clients' own
     stall limit (ClientContext.transfer_timeout)."""
-    stall = 60 + 10 * params["rtt"] / 1000 + params["size"] * 8 / max(100_000, (rate_bps or 1e9) / 20)
+    from satbed.clients.base import stall_limit
+    stall = stall_limit(params["size"], params["rtt"], rate_bps)
     return min(stall, params["time_limit"]) if params.get("time_limit") else stall
 
 

@@ -50,8 +50,14 @@ class ClientContext:
                 return float(override)
             except ValueError:
                 raise SatbedError(f"bad SATBED_TRANSFER_TIMEOUT {override!r}: give seconds") from None
-        rate = max(floor_bps, (self.rate_bps or 1e9) / 20)
-        return 60 + 10 * self.rtt_ms / 1000 + self.size_bytes * 8 / rate
+        return stall_limit(self.size_bytes, self.rtt_ms, self.rate_bps, floor_bps)
+
+
+def stall_limit(size_bytes: int, rtt_ms: float, rate_bps: float | None, floor_bps: float = 100_000) -> float:
+    """Seconds a transfer may take before it counts as stalled: the size at a
+    twentieth of the link rate (at least floor_bps), plus handshakes."""
+    rate = max(floor_bps, (rate_bps or 1e9) / 20)
+    return 60 + 10 * rtt_ms / 1000 + size_bytes * 8 / rate
 
 
 class Client(ABC):
