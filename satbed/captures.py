@@ -1,6 +1,16 @@
 """tcpdump at each vantage point: per interface (never `-i any`), headers only
 by default, started before the transfer so the SYNs are kept, stopped with
-SIGINT so the file ends cleanly."""
+SIGINT so the file ends cleanly.
+
+tcpdump runs in buffered mode, not --immediate-mode: the kernel hands it a
+block of packets at a time instead of waking it per packet. Per-packet
+wake-ups of four captures were the largest avoidable CPU cost of a cell on a
+virtual machine (each one an inter-processor interrupt), which is what limits
+how many cells run side by side. The price: a block that is not full reaches
+tcpdump only when the kernel's block timer retires it (libpcap sets it to
+tcpdump's 1 s read timeout; a block opened between two timer ticks waits for
+the second), so stop() waits FLUSH_S before SIGINT or the last packets are
+lost."""
 
 from __future__ import annotations
 
@@ -15,6 +25,9 @@ from satbed.net import Intf
 
 SNAPLEN = {"headers": 128, "full": 0}
 MODES = ("headers", "full", "none")
+# Longest a captured packet waits in an unretired kernel block: two ticks of
+# the 1 s block timer, plus margin.
+FLUSH_S = 2.2
 
 
 @dataclass
@@ -39,7 +52,7 @@ class Captures:
         os.makedirs(self.dir, exist_ok=True)
         for c in self.items:
             c.proc = c.intf.node.popen(["tcpdump", "-i", c.intf.name, "-s", str(SNAPLEN[self.mode]),
-                                        "-n", "-U", "--immediate-mode", "-w", c.path],
+                                        "-n", "-w", c.path],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # tcpdump says "listening on" once its socket is open; wait for it so
         # the first SYN is not missed.
@@ -54,8 +67,7 @@ class Captures:
     def stop(self) -> dict:
         summary = {}
         if any(c.proc for c in self.items):
-            # The last ACKs may still be on their way through the kernel.
-            time.sleep(0.5)
+            time.sleep(FLUSH_S)
         for c in self.items:
             if c.proc is None:
                 continue

@@ -103,31 +103,14 @@ func (s *Socket) WriteBatch(frames [][]byte) (int, error) {
 			bs.wiov[i].SetLen(len(f))
 			bs.wmsgs[i] = unix.Mmsghdr{Hdr: unix.Msghdr{Iov: &bs.wiov[i], Iovlen: 1}}
 		}
-		var n int
-		var werr error
-		err := s.rc.Write(func(fd uintptr) bool {
-			for {
-				r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&bs.wmsgs[0])), uintptr(m), 0, 0, 0)
-				switch errno {
-				case 0:
-					n = int(r)
-					return true
-				case unix.EINTR:
-					continue
-				case unix.EAGAIN:
-					return false
-				default:
-					werr = errno
-					return true
-				}
-			}
-		})
-		if err == nil {
-			err = werr
+		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.txfd), uintptr(unsafe.Pointer(&bs.wmsgs[0])), uintptr(m), 0, 0, 0)
+		if errno == unix.EINTR {
+			continue
 		}
-		if err != nil {
-			return sent, fmt.Errorf("%s: send: %w", s.Name, err)
+		if errno != 0 {
+			return sent, fmt.Errorf("%s: send: %w", s.Name, sendErr(errno))
 		}
+		n := int(r)
 		sent += n
 	}
 	return sent, nil

@@ -30,13 +30,22 @@ type Options struct {
 	SndBuf       int // SO_SNDBUFFORCE bytes, default 8 MiB
 }
 
-// Socket is an AF_PACKET SOCK_RAW socket bound to one interface in
-// promiscuous mode that ignores frames the host itself sends
-// (PACKET_IGNORE_OUTGOING), so bridged frames never loop back.
+// sendTimeout bounds a blocked send: frames leave a veth synchronously, so
+// a full send buffer that does not drain means the interface is gone.
+const sendTimeout = time.Second
+
+// Socket is a pair of AF_PACKET SOCK_RAW sockets bound to one interface: a
+// receiving one in promiscuous mode that ignores frames the host itself sends
+// (PACKET_IGNORE_OUTGOING), so bridged frames never loop back, and a sending
+// one. Sending has its own blocking socket, outside the Go netpoller: every
+// sent frame's release signals write space on its socket, and on a socket
+// the netpoller watches that is an epoll wake-up per frame, which on a
+// virtual machine cost more than the send itself.
 type Socket struct {
 	fd      int
 	file    *os.File // owns fd; registered with the Go netpoller
 	rc      syscall.RawConn
+	txfd    int // blocking, protocol 0: sends only, receives nothing
 	Name    string
 	MTU     int // the interface's MTU when opened
 	ifindex int
@@ -95,18 +104,10 @@ func Open(name string, o Options) (*Socket, error) {
 			return fail("PACKET_IGNORE_OUTGOING", err)
 		}
 	}
-	if o.QdiscBypass {
-		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
-			return fail("PACKET_QDISC_BYPASS", err)
-		}
-	}
 	// The FORCE variants exceed net.core.[rw]mem_max but need CAP_NET_ADMIN;
 	// without it, fall back to the capped ones.
 	if err := setBuf(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RcvBuf); err != nil {
 		return fail("receive buffer", err)
-	}
-	if err := setBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SndBuf); err != nil {
-		return fail("send buffer", err)
 	}
 	// Kernel receive timestamps let the emulator measure delay from when a
 	// frame arrived, not from when the reader got round to it.
@@ -121,14 +122,49 @@ func Open(name string, o Options) (*Socket, error) {
 	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
 		return fail("promiscuous mode", err)
 	}
+	txfd, err := openSender(ifi.Index, o)
+	if err != nil {
+		return fail("sending socket", err)
+	}
+	s.txfd = txfd
 	s.file = os.NewFile(uintptr(fd), "packet:"+name)
 	rc, err := s.file.SyscallConn()
 	if err != nil {
 		s.file.Close()
+		unix.Close(txfd)
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	s.rc = rc
 	return s, nil
+}
+
+// openSender creates the blocking sending socket. Bound with protocol 0 it
+// receives nothing; the kernel takes each frame's EtherType from its header.
+func openSender(ifindex int, o Options) (int, error) {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %w", what, err)
+	}
+	if o.QdiscBypass {
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_QDISC_BYPASS, 1); err != nil {
+			return fail("PACKET_QDISC_BYPASS", err)
+		}
+	}
+	if err := setBuf(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SndBuf); err != nil {
+		return fail("send buffer", err)
+	}
+	tv := unix.NsecToTimeval(sendTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		return fail("SO_SNDTIMEO", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: ifindex}); err != nil {
+		return fail("bind", err)
+	}
+	return fd, nil
 }
 
 // Read receives one frame into b, waiting until one arrives or the read
@@ -205,31 +241,26 @@ func (s *Socket) SetReadDeadline(t time.Time) error { return s.file.SetReadDeadl
 // Write sends one complete Ethernet frame out of the interface, waiting
 // for socket buffer space if needed.
 func (s *Socket) Write(b []byte) error {
-	var werr error
-	err := s.rc.Write(func(fd uintptr) bool {
-		for {
-			_, _, errno := unix.Syscall6(unix.SYS_SENDTO, fd,
-				uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
-			switch errno {
-			case 0:
-				return true
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false
-			default:
-				werr = errno
-				return true
-			}
+	for {
+		_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.txfd),
+			uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		default:
+			return fmt.Errorf("%s: send: %w", s.Name, sendErr(errno))
 		}
-	})
-	if err == nil {
-		err = werr
 	}
-	if err != nil {
-		return fmt.Errorf("%s: send: %w", s.Name, err)
+}
+
+// sendErr names a send that timed out waiting for buffer space.
+func sendErr(errno unix.Errno) error {
+	if errno == unix.EAGAIN {
+		return fmt.Errorf("no buffer space for %v: %w", sendTimeout, errno)
 	}
-	return nil
+	return errno
 }
 
 // KernelDrops returns the number of frames the kernel dropped because the
@@ -251,6 +282,9 @@ func (s *Socket) Truncated() uint64 { return s.truncated.Load() }
 // Close closes the socket; blocked Reads return an error.
 func (s *Socket) Close() error {
 	var err error
-	s.closeOnce.Do(func() { err = s.file.Close() })
+	s.closeOnce.Do(func() {
+		err = s.file.Close()
+		unix.Close(s.txfd)
+	})
 	return err
 }
