@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("matrix", help="run an experiment matrix (experiments/*.yaml) in parallel")
     m.add_argument("file", help="experiment file, e.g. experiments/quick.yaml")
-    m.add_argument("--jobs", type=int, default=None, help="cells at once (default: from cores, memory and rate)")
+    m.add_argument("--jobs", type=int, default=None, help="exactly N cells at once (default: as many as 80%% of the cores carry, by each cell's modelled CPU cost)")
     m.add_argument("--out", default="runs/matrix", help="results directory (default ./runs/matrix)")
     m.add_argument("--backend", default="mininet", choices=("mininet", "docker"), help="testbed backend")
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="runs per combination, overriding the file's repetitions:")
     m.add_argument("--strict", action="store_true", help="exit 1 when any cell failed or timed out")
     m.add_argument("--fidelity", action="store_true",
-                   help="benchmark: the first cell alone vs with --jobs copies at once")
+                   help="benchmark: the first cell alone vs beside the other cells the matrix would run with it")
     m.add_argument("--estimate", nargs="+", metavar="DB",
                    help="print the wall time estimate of FILE from cells measured in these results.sqlite")
     m.set_defaults(fn=cmd_matrix)

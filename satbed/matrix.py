@@ -166,6 +166,7 @@ class Cell:
     hash: str
     estimate_s: float            # expected wall time, for scheduling and the ETA
     timeout_s: float
+    cost: float = 0.0            # cores it keeps busy (cell_cost), for admission
 
     def label(self) -> str:
         p = self.params
@@ -305,7 +306,8 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
     config = {**cfg.to_dict(), "testbed_backend": backend}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
     est = estimate_seconds(cfg)
-    return Cell(dict(params), repetition, config, digest, est, float(timeout) if timeout else default_timeout(cfg))
+    return Cell(dict(params), repetition, config, digest, est, float(timeout) if timeout else default_timeout(cfg),
+                cell_cost(cfg))
 
 
 FRAME_BITS = 1500 * 8
@@ -360,41 +362,99 @@ def host_info() -> dict:
             "hostname": os.uname().nodename}
 
 
-def cell_cost(cell: Cell) -> float:
-    """Cores one cell keeps busy, as far as parallel fidelity goes: a full
-    Global Hawk matrix at 11 cells saturated both cores (ssh clients lost up
-    to 21% goodput); with SCP as the reference, 5 cells beside it cost it
-    5.9%, 3 cells 0.9% (`--fidelity`, 2 cores). So 0.38 for an 8 Mbit/s cell
-    (emulator, PEPs, four captures, ssh, niced analysis): --jobs 4 here. At
-    1 Gbit/s each of those processes wants a core. ping is nearly free."""
-    if cell.params["client"] == "ping":
-        return 0.1
-    rate = cell.config["link"]["a_to_b"]["rate_bps"] or 1e9
-    return 0.38 + 2.0 * rate / 1e9
+# Cores a cell keeps busy, measured per process over whole runs on this 2-core
+# VM (30 MB, 8 Mbit/s HTB, buffered captures; setup excluded): scp and ftp
+# 0.16 cores at 7.6 Mbit/s, rsync 0.19, saratoga 0.28 (its sender paces each
+# frame), a pepd pair 0.06 more at 6.3 Mbit/s, and a cell whose TCP crawls at
+# BER 1e-5 0.03. Nearly all of it is per-packet work (every hop's wake-ups,
+# the emulator's departures), so it scales with the goodput.
+IDLE_CORES = 0.03
+CORES_PER_MBIT = {"saratoga": 0.037, "rsync": 0.025}
+CORES_PER_MBIT_DEFAULT = 0.021
+PEP_CORES_PER_MBIT = 0.009
+CPU_SHARE = 0.8      # of the cores, for cells; the rest for the parent and testbed setups
+CELL_MEMORY = 300 << 20
 
 
-def default_jobs(cells: list[Cell], host: dict | None = None, cap_by_cells: bool = True) -> int:
-    """Parallel cells the machine carries without disturbing each other: the
-    heaviest cell's core cost against 80% of the cores (the rest for the
-    parent and the bursts of testbed setup, which the scheduler also spaces
-    SPAWN_GAP_S apart) and ~300 MB per cell."""
-    host = host or host_info()
-    cores = host["cores"]
-    cost = max((cell_cost(c) for c in cells), default=0.2)
-    by_cpu = int(0.8 * cores / cost)
-    by_mem = int(host["mem_available"] / (300 << 20)) if host["mem_available"] else by_cpu
-    limit = min(by_cpu, by_mem)
-    if cap_by_cells:
-        limit = min(limit, len(cells) or 1)
-    return max(1, limit)
+def cell_cost(cfg) -> float:
+    """Cores one cell keeps busy at its modelled goodput (see CORES_PER_MBIT)."""
+    if cfg.client == "ping":
+        return IDLE_CORES
+    per_mbit = CORES_PER_MBIT.get(cfg.client, CORES_PER_MBIT_DEFAULT)
+    if cfg.pep != "none":
+        per_mbit += PEP_CORES_PER_MBIT
+    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6
+
+
+@dataclass
+class Admission:
+    """Which pending cell may start now. `--jobs N` runs N cells whatever they
+    cost. By default cells start while their summed cost stays within
+    CPU_SHARE of the cores (and memory holds them): a Global Hawk matrix then
+    runs its loss-bound TCP cells, long but nearly idle, beside as many
+    full-rate cells as the CPU carries without slowing any of them."""
+    jobs: int | None
+    budget: float         # cores
+    max_cells: int
+
+    @classmethod
+    def for_host(cls, jobs: int | None = None, host: dict | None = None) -> "Admission":
+        host = host or host_info()
+        by_mem = int(host["mem_available"] / CELL_MEMORY) if host["mem_available"] else 64
+        return cls(jobs, CPU_SHARE * host["cores"], max(1, by_mem))
+
+    def pick(self, pending: list[Cell], running: list[Cell]) -> int | None:
+        """Index of the first pending cell that fits beside the running ones."""
+        if not pending:
+            return None
+        if self.jobs is not None:
+            return 0 if len(running) < self.jobs else None
+        if not running:
+            return 0
+        if len(running) >= self.max_cells:
+            return None
+        used = sum(c.cost for c in running)
+        for i, c in enumerate(pending):
+            if used + c.cost <= self.budget:
+                return i
+        return None
+
+    def parallel(self, cells: list[Cell]) -> float:
+        """Cells expected at once, for the ETA."""
+        if self.jobs is not None or not cells:
+            return float(self.jobs or 1)
+        mean = sum(c.cost for c in cells) / len(cells)
+        return max(1.0, min(float(self.max_cells), len(cells), self.budget / mean))
+
+    def describe(self) -> str:
+        if self.jobs is not None:
+            return f"--jobs {self.jobs}"
+        return f"cells started while their cost fits {self.budget:.1f} cores (at most {self.max_cells})"
+
+    def simulate(self, cells: list[Cell], seconds: list[float]) -> float:
+        """Wall time of running cells (in this order, each taking its seconds)
+        under this admission, ignoring the spawn gap."""
+        pending = list(zip(cells, seconds))
+        running: list[tuple[float, Cell]] = []
+        now = 0.0
+        while pending or running:
+            while True:
+                i = self.pick([c for c, _ in pending], [c for _, c in running])
+                if i is None:
+                    break
+                c, t = pending.pop(i)
+                running.append((now + t, c))
+            running.sort(key=lambda r: r[0])
+            now, _ = running.pop(0)
+        return now
 
 
 class Progress:
     """A progress line on stderr: redrawn in place on a terminal, one line per
     finished cell otherwise (logs and pipes)."""
 
-    def __init__(self, total: int, jobs: int, stream=sys.stderr):
-        self.total, self.jobs, self.stream = total, jobs, stream
+    def __init__(self, total: int, parallel: float, stream=sys.stderr):
+        self.total, self.parallel, self.stream = total, parallel, stream
         self.tty = stream.isatty()
         self.started = time.monotonic()
         self.done = self.ok = self.failed = 0
@@ -417,7 +477,7 @@ class Progress:
         ratio = self.actual / self.expected if self.expected else 1.0
         left = ratio * sum(c.estimate_s for c in pending) + sum(
             max(0.0, ratio * c.estimate_s - (now - t)) for c, t in running)
-        self._eta = left / max(1, self.jobs)
+        self._eta = left / max(1.0, self.parallel)
         if not self.tty:
             return
         width = 30
@@ -456,7 +516,7 @@ class Child:
     reason: str = ""          # timeout | interrupted
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str, jobs: int = 1) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
     if os.path.isdir(cell_dir):
@@ -467,7 +527,7 @@ def spawn(cell: Cell, cell_dir: str, backend: str, jobs: int = 1) -> subprocess.
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
     log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if jobs > 1:
+    if parallel:
         # Cells side by side: satemu's busy-waiting would take the CPU the others need.
         env.setdefault(SPIN_ENV, "0")
     try:
@@ -605,14 +665,15 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                 skipped += 1
             else:
                 todo.append(cell)
-        jobs = jobs or default_jobs(todo or exp.cells, host)
+        admit = Admission.for_host(jobs, host)
         # Longest first: the long cells start early instead of ending the run alone.
         todo.sort(key=lambda c: -c.estimate_s)
-        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs, len(exp.cells), skipped, host)
+        parallel = admit.parallel(todo)
+        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host)
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
-                     f"{len(todo)} to run with --jobs {jobs} into {out}\n")
+                     f"{len(todo)} to run ({admit.describe()}) into {out}\n")
         stream.flush()
-        progress = Progress(len(todo), jobs, stream)
+        progress = Progress(len(todo), parallel, stream)
         running: dict[str, Child] = {}
         pending = list(todo)
         counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
@@ -620,13 +681,14 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         last_spawn = -SPAWN_GAP_S
         try:
             while pending or running:
-                if pending and len(running) < jobs and time.monotonic() - last_spawn >= SPAWN_GAP_S:
+                pick = admit.pick(pending, [c.cell for c in running.values()])
+                if pick is not None and time.monotonic() - last_spawn >= SPAWN_GAP_S:
                     last_spawn = time.monotonic()
-                    cell = pending.pop(0)
+                    cell = pending.pop(pick)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, jobs), time.time(), now,
-                                               now + cell.timeout_s)
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, parallel > 1), time.time(),
+                                               now, now + cell.timeout_s)
                 for h, ch in list(running.items()):
                     now = time.monotonic()
                     if ch.proc.poll() is None:
@@ -700,11 +762,12 @@ def stop_children(children: list[Child]) -> None:
 
 def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3, backend: str = "mininet",
              stream=sys.stderr) -> dict:
-    """Parallel fidelity: the first cell's goodput alone vs with jobs-1 other
-    cells of the file running throughout (restarted as they finish, and the
-    reference started once they are under way), so it meets their setup,
-    transfer, teardown and analysis as a cell in a real matrix does.
-    Prints and returns the numbers."""
+    """Parallel fidelity: the first cell's goodput alone vs with other cells of
+    the file running throughout (restarted as they finish, and the reference
+    started once they are under way), so it meets their setup, transfer,
+    teardown and analysis as a cell in a real matrix does. The background is
+    what the matrix would run beside it: --jobs - 1 cells, or by default as
+    many as the admission's CPU budget takes. Prints and returns the numbers."""
     from satbed.proc import require_root
     require_root()
     if not exp.cells:
@@ -712,7 +775,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     base = exp.cells[0]
     if base.params["client"] == "ping":
         raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
-    jobs = jobs or default_jobs(exp.cells, cap_by_cells=False)
+    admit = Admission.for_host(jobs)
     root = os.path.join(out, "fidelity", time.strftime("%Y%m%d-%H%M%S"))
     others = exp.cells[1:] or [base]
     started = 0
@@ -720,21 +783,26 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend, jobs), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend, parallel=True), time.time(), now, now + cell.timeout_s)
 
-    def measure(tag: str, background: int) -> float | None:
+    def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
+        """The reference's goodput, and how many cells ran beside it (sampled)."""
         nonlocal started
         bg: list[Child] = []
+        beside: list[int] = []
         try:
             def refill() -> None:
                 nonlocal started
                 bg[:] = [c for c in bg if c.proc.poll() is None]
-                while len(bg) < background:
-                    bg.append(start(others[started % len(others)], f"{tag}-bg{started}"))
+                while with_others:
+                    nxt = others[started % len(others)]
+                    if admit.pick([nxt], [base] + [c.cell for c in bg]) is None:
+                        break
+                    bg.append(start(nxt, f"{tag}-bg{started}"))
                     started += 1
             refill()
             # Let the background reach its transfers before the reference starts.
-            t_end = time.monotonic() + (20 if background else 0)
+            t_end = time.monotonic() + (20 if with_others else 0)
             while time.monotonic() < t_end:
                 refill()
                 time.sleep(0.5)
@@ -744,6 +812,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
                     stop_children([ref])
                     break
                 refill()
+                beside.append(len(bg))
                 time.sleep(0.5)
             row = collect(ref, os.path.join(root, f"{tag}-ref"))
         finally:
@@ -751,30 +820,36 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
             if bg:
                 clean_leftovers()
         if row.status == "ok" and row.goodput_bps:
-            return row.goodput_bps
+            return row.goodput_bps, beside
         stream.write(f"  {tag}: {row.status} {row.error or 'no goodput'}\n")
-        return None
+        return None, beside
 
     alone: list[float] = []
     together: list[float] = []
+    beside_all: list[int] = []
     for r in range(rounds):
-        a = measure(f"r{r}-alone", 0)
-        t = measure(f"r{r}-with{jobs - 1}", jobs - 1)
+        a, _ = measure(f"r{r}-alone", False)
+        t, beside = measure(f"r{r}-parallel", True)
+        beside_all += beside
         alone += [a] if a else []
         together += [t] if t else []
-        stream.write(f"round {r + 1}/{rounds}: alone {human_bps(a) if a else 'failed'}, with {jobs - 1} other "
+        n = f"{statistics.fmean(beside):.1f}" if beside else "?"
+        stream.write(f"round {r + 1}/{rounds}: alone {human_bps(a) if a else 'failed'}, with {n} other "
                      f"cells {human_bps(t) if t else 'failed'}\n")
         stream.flush()
     if not alone or not together:
         raise SatbedError(f"fidelity: no successful reference cells (see {root})")
     a, t = statistics.fmean(alone), statistics.fmean(together)
     worst = min(together)
-    doc = {"cell": base.label(), "background": [c.label() for c in others], "jobs": jobs, "rounds": rounds,
-           "alone_bps": alone, "parallel_bps": together, "alone_mean_bps": a, "parallel_mean_bps": t,
-           "mean_diff_pct": 100 * (t - a) / a, "worst_diff_pct": 100 * (worst - a) / a, "dir": root}
-    print(f"fidelity: {base.label()} with {jobs - 1} other cells running (--jobs {jobs}): alone {human_bps(a)}, "
-          f"with others {human_bps(t)} ({doc['mean_diff_pct']:+.2f}%), worst {human_bps(worst)} "
-          f"({doc['worst_diff_pct']:+.2f}%)")
+    n = statistics.fmean(beside_all) if beside_all else 0.0
+    doc = {"cell": base.label(), "background": [c.label() for c in others], "admission": admit.describe(),
+           "jobs": jobs, "cells_beside_mean": round(n, 2), "cells_beside_max": max(beside_all, default=0),
+           "rounds": rounds, "alone_bps": alone, "parallel_bps": together, "alone_mean_bps": a,
+           "parallel_mean_bps": t, "mean_diff_pct": 100 * (t - a) / a, "worst_diff_pct": 100 * (worst - a) / a,
+           "dir": root}
+    print(f"fidelity: {base.label()} with {n:.1f} other cells running ({admit.describe()}): "
+          f"alone {human_bps(a)}, with others {human_bps(t)} ({doc['mean_diff_pct']:+.2f}%), "
+          f"worst {human_bps(worst)} ({doc['worst_diff_pct']:+.2f}%)")
     with open(os.path.join(root, "fidelity.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
     return doc
@@ -799,7 +874,7 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     proportional to RTT), scaled to each cell's size and capped at the
     clients' stall limit; a stalled measurement counts as its limit (a lower
     bound). Plus the measured per-cell overhead (setup, handshakes, teardown,
-    analysis), fitted as a + b x size. Cells are packed onto the jobs longest first."""
+    analysis), fitted as a + b x size. Cells run longest first under the admission."""
     rows: list[CellRow] = []
     for p in store_paths:
         if not os.path.isfile(p):
@@ -807,7 +882,7 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
         with Store(p) as s:
             rows += [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
                      and r.status in ("ok", "limited", "failed", "timeout")]
-    jobs = jobs or default_jobs(exp.cells, cap_by_cells=False)
+    admit = Admission.for_host(jobs)
     points: dict[tuple, dict[float, list[float]]] = {}
     overheads: list[tuple[float, float]] = []
     for r in rows:
@@ -831,7 +906,8 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
                 return _interpolate({k: sum(v) / len(v) for k, v in curve.items()}, p["rtt"])
         return None
 
-    times, stalled, modelled = [], 0, 0
+    times: list[tuple[float, Cell]] = []
+    stalled = modelled = 0
     for c in exp.cells:
         rate = c.config["link"]["a_to_b"]["rate_bps"]
         limit = client_limit(c.params, rate)
@@ -844,14 +920,11 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
         if transfer >= limit:
             stalled += 1
             transfer = limit
-        times.append(a + b * c.params["size"] + transfer)
-    times.sort(reverse=True)
-    lanes = [0.0] * jobs
-    for t in times:
-        i = lanes.index(min(lanes))
-        lanes[i] += t
-    return {"cells": len(exp.cells), "jobs": jobs, "cell_seconds": round(sum(times)),
-            "wall_seconds": round(max(lanes)), "wall": fmt_s(max(lanes)), "measured_cells": len(rows),
+        times.append((a + b * c.params["size"] + transfer, c))
+    times.sort(key=lambda tc: -tc[0])
+    wall = admit.simulate([c for _, c in times], [t for t, _ in times])
+    return {"cells": len(exp.cells), "admission": admit.describe(), "cell_seconds": round(sum(t for t, _ in times)),
+            "wall_seconds": round(wall), "wall": fmt_s(wall), "measured_cells": len(rows),
             "cells_expected_to_stall": stalled, "cells_without_measurement": modelled,
             "overhead_s": {"base": round(a, 1), "per_mb": round(b * (1 << 20), 3)}}
 

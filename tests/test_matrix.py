@@ -96,20 +96,37 @@ def test_shipped_experiment_files_parse_or_name_what_is_missing():
         assert len(exp.cells) == cells
 
 
-def test_default_jobs_follow_cores_memory_and_rate(tmp_path):
+def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     from satbed import matrix
-    slow = matrix.load(write(tmp_path, "fixed: {client: ping, rate: 8mbit, emulator: userspace}\n"
+    fast = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, emulator: userspace}\n"
                                        "axes: {rtt: [0, 100, 300, 600, 700, 800, 900, 1000]}\n")).cells
+    slow = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, ber: 1e-5, emulator: userspace}\n"
+                                       "axes: {rtt: [100, 300, 600, 700, 800, 900, 1000]}\n")).cells
     host = {"cores": 2, "mem_available": 16 << 30}
-    assert matrix.default_jobs(slow, host) == len(slow)     # ping is nearly free: capped by the cells
-    assert matrix.default_jobs(slow, {"cores": 2, "mem_available": 600 << 20}) == 2
-    for c in slow:
-        c.params["client"] = "scp"
-    assert matrix.default_jobs(slow, host, cap_by_cells=False) == 4    # 8 Mbit/s: 0.396 cores each
-    for c in slow:
-        c.config["link"]["a_to_b"]["rate_bps"] = 1_000_000_000
-    assert matrix.default_jobs(slow, host) == 1
-    assert matrix.default_jobs(slow, {"cores": 16, "mem_available": 64 << 30}) == 5
+    admit = matrix.Admission.for_host(None, host)
+    assert admit.budget == 1.6
+    assert 0.15 < fast[0].cost < 0.2 and slow[0].cost < 0.05     # 7.6 Mbit/s vs a loss-bound crawl
+    running: list = []
+    while (i := admit.pick(fast, running)) is not None:
+        running.append(fast.pop(i))
+    assert len(running) == 8                     # 8 x 0.19 cores: a ninth would pass 1.6
+    full = list(running)
+    while (i := admit.pick(slow, running)) is not None:
+        running.append(slow.pop(i))
+    assert len(running) == 10                    # but two crawling ones fit beside them
+    assert sum(c.cost for c in running) <= 1.6
+    assert admit.pick([], []) is None and admit.pick(full, []) == 0
+    # Memory bounds the count; a fixed --jobs ignores cost.
+    assert matrix.Admission.for_host(None, {"cores": 2, "mem_available": 600 << 20}).max_cells == 2
+    fixed = matrix.Admission.for_host(3, host)
+    assert fixed.pick(full, full[:2]) == 0 and fixed.pick(full, full[:3]) is None
+    # A cell whose cost exceeds the budget (1 Gbit/s) still runs, alone.
+    big = full[0]
+    big.cost = 20.0
+    assert admit.pick([big], []) == 0 and admit.pick([big], full[:1]) is None
+    # The wall time simulation: four 100 s full-rate cells fit at once.
+    assert admit.simulate(full[1:5], [100, 100, 100, 100]) == 100
+    assert matrix.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
 
 
 def _fake_store(out: str) -> None:
