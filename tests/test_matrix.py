@@ -101,11 +101,11 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     fast = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, emulator: userspace}\n"
                                        "axes: {rtt: [0, 100, 300, 600, 700, 800, 900, 1000]}\n")).cells
     slow = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, ber: 1e-5, emulator: userspace}\n"
-                                       "axes: {rtt: [100, 300, 600, 700, 800, 900, 1000]}\n")).cells
+                                       "axes: {rtt: [2000, 2500, 3000, 3500, 4000]}\n")).cells
     host = {"cores": 2, "mem_available": 16 << 30}
     admit = matrix.Admission.for_host(None, host)
     assert admit.budget == 1.6
-    assert 0.15 < fast[0].cost < 0.2 and slow[0].cost < 0.05     # 7.6 Mbit/s vs a loss-bound crawl
+    assert 0.15 < fast[0].cost < 0.2 and slow[-1].cost < 0.035     # 7.6 Mbit/s vs a loss-bound crawl
     running: list = []
     while (i := admit.pick(fast, running)) is not None:
         running.append(fast.pop(i))
@@ -116,6 +116,13 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert len(running) == 10                    # but two crawling ones fit beside them
     assert sum(c.cost for c in running) <= 1.6
     assert admit.pick([], []) is None and admit.pick(full, []) == 0
+    # The measured load vetoes what the model would admit (another program, a model too low).
+    assert admit.pick(full, full[:1], busy=0.5) == 0 and admit.pick(full, full[:1], busy=1.5) is None
+    meter = matrix.CpuMeter()
+    meter.sample()
+    sum(range(300000))
+    meter.sample()
+    assert 0 <= meter.busy_cores() <= meter.cores
     # Memory bounds the count; a fixed --jobs ignores cost.
     assert matrix.Admission.for_host(None, {"cores": 2, "mem_available": 600 << 20}).max_cells == 2
     fixed = matrix.Admission.for_host(3, host)
