@@ -318,10 +318,19 @@ const (
 	spinBudget = 10 * time.Millisecond
 )
 
-// sleepUntil blocks until clock() >= due: nanosleep (an hrtimer, unlike Go
-// timers which round to about a millisecond when the runtime is idle) in
-// slices of at most 50 ms so cancellation is noticed, then a busy-wait for
-// the last spin. It returns false if ctx ended first, and the time spent
+// parkMargin is where waiting switches from a Go timer to nanosleep. A
+// thread blocked in a system call for more than 10 ms makes Go's sysmon take
+// its P back and keep polling every 20 us to 1 ms for as long as that goes
+// on; an idle satemu sleeping in 50 ms nanosleeps made ~1,000 sysmon
+// wake-ups a second, about 9% of a core on this VM, times every cell of a
+// matrix. Parked on a timer, the goroutine holds no thread and sysmon
+// sleeps; the timer may fire a millisecond late, which the margin absorbs.
+const parkMargin = 3 * time.Millisecond
+
+// sleepUntil blocks until clock() >= due: parked on a Go timer until
+// parkMargin before, then nanosleep (an hrtimer, unlike Go timers which round
+// to about a millisecond when the runtime is idle), then a busy-wait for the
+// last spin. It returns false if ctx ended first, and the time spent
 // busy-waiting.
 func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) (bool, time.Duration) {
 	for {
@@ -340,8 +349,17 @@ func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) (bool
 			}
 			return true, t - now
 		}
-		rem = min(rem-spin, 50*time.Millisecond)
-		ts := unix.NsecToTimespec(rem.Nanoseconds())
+		if park := rem - spin - parkMargin; park > 0 {
+			t := time.NewTimer(park)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false, 0
+			case <-t.C:
+			}
+			continue
+		}
+		ts := unix.NsecToTimespec((rem - spin).Nanoseconds())
 		_ = unix.Nanosleep(&ts, nil)
 	}
 }
