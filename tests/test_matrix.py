@@ -299,8 +299,11 @@ def test_interrupted_run_stops_cleanly_and_resumes(tmp_path):
                           " captures: none}\naxes: {rtt: [500, 600]}\n")
     out = str(tmp_path / "intr")
     env = {**os.environ, "PYTHONPATH": REPO}
+    # A shell's background job inherits SIGINT ignored, and Python keeps it so:
+    # give the matrix the terminal's default, as Ctrl-C would find it.
     p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--jobs", "2", "--out", out],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         # Interrupt once some cells are done and others are mid-run.
         deadline = time.monotonic() + 180
