@@ -650,16 +650,26 @@ func ping(t *testing.T, c *net.TCPConn, msg string) {
 	c.SetDeadline(time.Time{})
 }
 
-func TestOverflowRefuse(t *testing.T) {
-	b := newBed(t, testOpts+" max_conns=2 overflow=refuse", "pepd")
-	go echoServer(b.listen(t, 7))
-	for i := 0; i < 2; i++ {
+// pinged opens n connections to the echo server on port 7 through the chain,
+// each checked with an echo of msg, and returns them still open.
+func pinged(t *testing.T, b *bed, n int, msg string) []*net.TCPConn {
+	t.Helper()
+	conns := make([]*net.TCPConn, 0, n)
+	for i := 0; i < n; i++ {
 		c, err := b.dial(t, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ping(t, c, "held")
+		ping(t, c, msg)
+		conns = append(conns, c)
 	}
+	return conns
+}
+
+func TestOverflowRefuse(t *testing.T) {
+	b := newBed(t, testOpts+" max_conns=2 overflow=refuse", "pepd")
+	go echoServer(b.listen(t, 7))
+	pinged(t, b, 2, "held")
 	start := time.Now()
 	c, err := b.dial(t, 7)
 	if err == nil {
@@ -674,15 +684,7 @@ func TestOverflowPassthrough(t *testing.T) {
 	b := newBed(t, testOpts+" max_conns=2 overflow=passthrough", "pepd")
 	ln := b.listen(t, 7)
 	go echoServer(ln)
-	var held []*net.TCPConn
-	for i := 0; i < 2; i++ {
-		c, err := b.dial(t, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ping(t, c, "held")
-		held = append(held, c)
-	}
+	held := pinged(t, b, 2, "held")
 	// Full: the third connection crosses the PEP unsplit but works, and
 	// as across a bridge, with its TTL intact (pepd's own legs start at
 	// the default 64, so a client TTL of 100 marks the unsplit packets).
@@ -833,15 +835,7 @@ func TestResetStorm(t *testing.T) {
 	b := newBed(t, testOpts, "pepd", "pepd")
 	go echoServer(b.listen(t, 7))
 	const n = 300
-	conns := make([]*net.TCPConn, 0, n)
-	for i := 0; i < n; i++ {
-		c, err := b.dial(t, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ping(t, c, "x")
-		conns = append(conns, c)
-	}
+	conns := pinged(t, b, n, "x")
 	for _, c := range conns {
 		go func() {
 			c.SetLinger(0)
@@ -1011,15 +1005,7 @@ func TestWorkersHoldConnections(t *testing.T) {
 	bulk(t, b, 1<<20)
 	go echoServer(b.listen(t, 7))
 	const n = 60
-	var conns []*net.TCPConn
-	for i := 0; i < n; i++ {
-		c, err := b.dial(t, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ping(t, c, "held")
-		conns = append(conns, c)
-	}
+	conns := pinged(t, b, n, "held")
 	for _, nd := range b.nodes {
 		s := waitStats(t, nd, "all connections active", func(s snapshot) bool { return s.ConnectionsActive == n })
 		if s.Workers != 2 || len(s.WorkerPIDs) != 2 {
