@@ -256,7 +256,7 @@ def _reason(r: CellRow) -> str:
     return f"{r.status}: {text}" if not text.startswith(r.status) else text
 
 
-def terminal_summary(rows: list[CellRow], width: int = 100) -> str:
+def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
     """What a person reads in the terminal when a matrix ends: per
     configuration ok/limited/failed and goodput, then the failure reasons."""
     table = summary_table(rows)

@@ -424,3 +424,23 @@ def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
     assert "hollow circle" in page and "limited" in page
     # The gallery drew the study's view from the stored capture.
     assert glob.glob(os.path.join(out, "cells", "*", "analysis", "lan_a", "tsg_window.png"))
+
+
+@needs_root
+def test_a_failing_cell_makes_the_matrix_exit_nonzero_with_its_reason_last(tmp_path):
+    # The PEP's server binary is missing: that cell fails, the other measures.
+    path = write(tmp_path, "fixed: {client: scp, rtt: 0, size: 256K, emulator: userspace, captures: none}\n"
+                           "axes: {pep: [none, pepsal]}\n")
+    out = str(tmp_path / "fail")
+    cp = satbed("matrix", path, "--out", out, timeout=300, env={"SATBED_PEPSAL_BIN": "/nonexistent/pepsal"})
+    assert cp.returncode == 1, cp.stderr
+    assert _statuses(out) == {"ok": 1, "failed": 1}
+    last = cp.stderr.strip().splitlines()[-4:]
+    assert any("1 x failed:" in ln and "pepsal" in ln for ln in last), cp.stderr
+    assert "1 of 2 cells did not measure" in last[-1]
+    assert _leftovers(out) == []
+    # The report names the reason beside the charts, not only in the cells table.
+    assert satbed("report", out).returncode == 0
+    page = open(os.path.join(out, "report.html")).read()
+    assert page.index("<h2>Failures</h2>") < page.index("<h2>Charts</h2>")
+    assert "pepsal" in page[page.index("<h2>Failures</h2>"):page.index("<h2>Charts</h2>")]
