@@ -9,10 +9,11 @@ import os
 
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
-from satbed.net import TransparentNode
+from satbed.net import NamespaceSandbox, TransparentNode
 from satbed.proc import BIN_DIR, REPO_ROOT, last_line
 
 ADAPTER_DIR = os.path.join(REPO_ROOT, "pep", "adapters")
+LAB_BINARIES = ("SATBED_PEPSAL_BIN", "SATBED_SCPS_BIN")
 
 
 def names() -> list[str]:
@@ -53,7 +54,14 @@ class Pep:
             "SATBED_STATE_DIR": self.state_dir,
             "SATBED_BIN_DIR": BIN_DIR,
             "SATBED_PEP_ROLE": role,
+            "SATBED_PEP_ADDR": str(node.address or ""),
         }
+        # A lab's own PEPsal or SCPS gateway on this machine; a container
+        # has its image's binary instead.
+        if isinstance(node.sandbox, NamespaceSandbox):
+            for var in LAB_BINARIES:
+                if os.environ.get(var):
+                    self.env[var] = os.path.abspath(os.environ[var])
         self.started = False
 
     def _call(self, verb: str, timeout: float = 30, check: bool = True):

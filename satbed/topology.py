@@ -32,11 +32,15 @@ class HostSpec:
 
 @dataclass(frozen=True)
 class TransparentSpec:
-    """A node that forwards frames between its ports and has no IP address."""
+    """A node that forwards frames between its ports and has no IP address.
+    A PEP node may name one (ip) for a PEP program that opens its upstream
+    connections from its own address (PEPsal): only such an adapter puts it
+    on the bridge, and the far host then sees that address."""
     name: str
     short: str
     kind: str
     ports: tuple[str, ...]
+    ip: ipaddress.IPv4Interface | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,8 @@ class TopologySpec:
             "subnet": str(self.subnet), "source": self.source,
             "hosts": {h.name: {"short": h.short, "ip": str(h.ip), "role": h.role, "tcp_cc": h.tcp_cc}
                       for h in self.hosts.values()},
-            "transparent": {t.name: {"short": t.short, "kind": t.kind, "ports": list(t.ports)}
+            "transparent": {t.name: {"short": t.short, "kind": t.kind, "ports": list(t.ports),
+                                     **({"ip": str(t.ip)} if t.ip else {})}
                             for t in self.transparent.values()},
             "links": [[str(link.a), str(link.b)] for link in self.links],
         }
@@ -165,17 +170,32 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
         if name in hosts:
             raise bad(f"node {name} defined twice")
         body = node_common(name, body)
-        extra = set(body) - {"short", "kind", "ports"}
+        extra = set(body) - {"short", "kind", "ports", "ip"}
         if extra:
             raise bad(f"transparent node {name}: unknown key(s): {', '.join(sorted(extra))}")
         kind = body.get("kind", "bridge")
         if kind not in TRANSPARENT_KINDS:
             raise bad(f"transparent node {name}: kind must be one of {', '.join(TRANSPARENT_KINDS)}")
+        node_ip = None
+        if "ip" in body:
+            if kind != "pep":
+                raise bad(f"transparent node {name}: only a pep node may have an ip")
+            try:
+                node_ip = ipaddress.IPv4Interface(str(body["ip"]))
+            except ValueError as e:
+                raise bad(f"pep node {name}: bad ip: {e}") from None
+            if node_ip.ip not in subnet:
+                raise bad(f"pep node {name}: {node_ip.ip} is outside {subnet}")
+            taken = {h.ip.ip: h.name for h in hosts.values()}
+            taken.update({t.ip.ip: t.name for t in transparent.values() if t.ip})
+            if node_ip.ip in taken:
+                raise bad(f"pep node {name}: {node_ip.ip} is already {taken[node_ip.ip]}'s")
         ports = body.get("ports")
         if (not isinstance(ports, list) or len(ports) != 2
                 or not all(isinstance(p, str) and _PORT.match(p) for p in ports) or ports[0] == ports[1]):
             raise bad(f"transparent node {name}: ports must be two distinct short names")
-        transparent[name] = TransparentSpec(name, body.get("short", name[:2].lower()), kind, tuple(ports))
+        transparent[name] = TransparentSpec(name, body.get("short", name[:2].lower()), kind, tuple(ports),
+                                            node_ip)
 
     links: list[LinkSpec] = []
     used: set[Endpoint] = set()
