@@ -4,8 +4,10 @@ the link parameters in its environment. The registry is that directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from typing import Iterator
 
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
@@ -78,7 +80,12 @@ class Pep:
         self.started = True
 
     def healthy(self) -> bool:
-        return self._call("health", check=False).returncode == 0
+        return self.health()[0]
+
+    def health(self) -> tuple[bool, str]:
+        """(up, the adapter's one line)."""
+        cp = self._call("health", check=False)
+        return cp.returncode == 0, last_line(cp.stdout or cp.stderr) or f"health exit {cp.returncode}"
 
     def stats(self) -> dict:
         cp = self._call("stats", check=False)
@@ -95,3 +102,35 @@ class Pep:
         self._call("stop", timeout=30, check=False)
         self.started = False
         return stats
+
+
+def unhealthy(pep_list: list[Pep]) -> str:
+    """'' when every started PEP is healthy, else one line naming the ones
+    that are not and why."""
+    down = []
+    for p in pep_list:
+        if not p.started:
+            continue
+        up, line = p.health()
+        if not up:
+            down.append(f"PEP {p.name} on {p.node.name} is down: {line}")
+    return "; ".join(down)
+
+
+@contextlib.contextmanager
+def guarded(pep_list: list[Pep]) -> Iterator[None]:
+    """Run a transfer between two health checks of the PEPs, so that a dead
+    PEP, not the client it left without a path, is named as the failure."""
+    down = unhealthy(pep_list)
+    if down:
+        raise SatbedError(f"before the transfer: {down}")
+    try:
+        yield
+    except Exception as e:
+        down = unhealthy(pep_list)
+        if down:
+            raise SatbedError(f"{down} (the client then failed: {last_line(str(e))})") from e
+        raise
+    down = unhealthy(pep_list)
+    if down:
+        raise SatbedError(f"after the transfer: {down}")
