@@ -71,11 +71,15 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
+    # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
+    # anon_root as given, and a matrix cell runs from the repository root.
+    out = os.path.abspath(out)
     spec = topology.load(cfg.topology)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
+    run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict()})
 
