@@ -39,10 +39,12 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from satbed.errors import SatbedError
-from satbed.net import Intf
+
+if TYPE_CHECKING:   # the analysis half must load where Mininet is absent
+    from satbed.net import Intf
 
 SERIES = os.path.join("counters", "interfaces.jsonl")
 CLONE_NEWNET = 0x40000000
@@ -124,7 +126,7 @@ class CounterSampler:
     """Samples the counters of `ports` every interval_ms on a background
     thread until stop(). Use as a context manager or call start()/stop()."""
 
-    def __init__(self, ports: Iterable[Intf], run_dir: str, interval_ms: float = 100):
+    def __init__(self, ports: Iterable["Intf"], run_dir: str, interval_ms: float = 100):
         if not interval_ms >= 10:
             raise SatbedError(f"counter sampling interval must be at least 10 ms, got {interval_ms!r}")
         self.ports = list(ports)

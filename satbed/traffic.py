@@ -40,12 +40,14 @@ import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from satbed import units
 from satbed.errors import SatbedError
-from satbed.net import Host
 from satbed.proc import REPO_ROOT, our_binary
+
+if TYPE_CHECKING:   # the analysis half must load where Mininet is absent
+    from satbed.net import Host
 
 TRAFFIC_DIR = "traffic"
 TABLE_DIR = os.path.join(REPO_ROOT, "clients", "trafficgen", "tables")
@@ -167,6 +169,7 @@ class TrafficSpec:
 
     def check_hosts(self, hosts: Mapping[str, object]) -> None:
         """Every group names hosts the topology has, and two different ones."""
+        from satbed.net import Host
         for i, g in enumerate(self.groups, 1):
             for role, name in (("server", g.server), ("client", g.client)):
                 if name not in hosts:
@@ -238,7 +241,7 @@ def _group(g: object, bad) -> TrafficGroup:
 @dataclass
 class _Proc:
     label: str
-    host: Host
+    host: "Host"
     proc: subprocess.Popen
     log: str
 
@@ -248,7 +251,7 @@ class Traffic:
     run in the foreground of their node (never daemonized) and are waited
     for until they listen; clients start after every server is up."""
 
-    def __init__(self, spec: TrafficSpec, hosts: Mapping[str, Host], run_dir: str,
+    def __init__(self, spec: TrafficSpec, hosts: Mapping[str, "Host"], run_dir: str,
                  binary: str | None = None):
         spec.check_hosts(hosts)
         self.spec, self.hosts = spec, hosts
@@ -267,7 +270,7 @@ class Traffic:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def _spawn(self, host: Host, label: str, args: list[str]) -> _Proc:
+    def _spawn(self, host: "Host", label: str, args: list[str]) -> _Proc:
         log = os.path.join(self.dir, "logs", f"{label}.txt")
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "a", encoding="utf-8") as out:

@@ -227,3 +227,13 @@ def test_counters_see_drops_on_a_20_packet_queue_under_overload(testbed, tmp_pat
     assert totals["samples"] >= 8 / 0.05 * 0.5
     rows = counters.read_series(os.path.join(str(tmp_path), counters.SERIES))
     assert {r["node"] for r in rows} == {"emulator", "clientA"}
+
+
+def test_run_report_draws_traffic_and_counters_from_stored_files(tmp_path):
+    test_load_flows_joins_sender_retransmissions_and_counts_open_flows(tmp_path)
+    test_counter_summary_and_plot_from_a_stored_series(tmp_path)
+    for name in ("config.json", "result.json", "environment.json"):
+        (tmp_path / name).write_text("{}")
+    from analysis.report import write_report
+    page = write_report(tmp_path).read_text()
+    assert "<h2>Background traffic</h2>" in page and "<h2>Router interface counters</h2>" in page
