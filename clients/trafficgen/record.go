@@ -67,7 +67,6 @@ type Summary struct {
 	CPUUserS     float64           `json:"cpu_user_s"`
 	CPUSystemS   float64           `json:"cpu_system_s"`
 	CPUShare     float64           `json:"cpu_share"` // (user + system) / wall time, in cores
-	MaxRSSKiB    int64             `json:"max_rss_kib"`
 	ErrorsSample map[string]string `json:"errors_sample,omitempty"`
 }
 
@@ -111,7 +110,6 @@ func (r *Recorder) Summary(s *Summary) *Summary {
 	if unix.Getrusage(unix.RUSAGE_SELF, &ru) == nil {
 		s.CPUUserS = tvSeconds(ru.Utime)
 		s.CPUSystemS = tvSeconds(ru.Stime)
-		s.MaxRSSKiB = ru.Maxrss
 		if wall := s.End - s.Start; wall > 0 {
 			s.CPUShare = round3((s.CPUUserS + s.CPUSystemS) / wall)
 		}
