@@ -45,6 +45,7 @@ def test_spec_accepts_each_workload_shape():
     ({"server": "b", "client": "a", "arrival": "burst"}, "arrival must be"),
     ({"server": "b", "client": "a", "arrival": "poisson", "sizes": "1K"}, "need rate"),
     ({"server": "b", "client": "a", "arrival": "constant", "sizes": "1K"}, "need concurrent"),
+    ({"server": "b", "client": "a", "long": 1, "rate": 3}, "rate is for"),
     ({"server": "b", "client": "a", "arrival": "poisson", "rate": 1}, "need sizes"),
     ({"server": "b", "client": "a", "arrival": "poisson", "rate": 1, "sizes": "gauss:3"}, "sizes 'gauss:3'"),
     ({"server": "b", "client": "a", "arrival": "poisson", "rate": 1, "sizes": "table:nosuch"}, "unknown size table"),
@@ -256,3 +257,14 @@ def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbe
     assert not any(p.proc.poll() is None for p in [*t.clients, *t.servers])
     procs = t.result["summary"]["processes"]
     assert procs["server-clientB-5301"]["by_status"] == {"stopped": 3}
+
+
+def test_readme_traffic_example_is_valid():
+    import re
+    import yaml
+    from satbed.traffic import TrafficSpec
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    block = re.search(r"\n(    traffic:\n(?:    .*\n|\s*\n)+?)\n(?! )", text).group(1)
+    doc = yaml.safe_load("\n".join(line[4:] for line in block.splitlines()))
+    spec = TrafficSpec.from_dict(doc["traffic"])
+    assert len(spec.groups) == 3 and spec.groups[2].rate == 2
