@@ -674,6 +674,7 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     require_root()
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    out = os.path.abspath(out)      # cells run from the repository root
     os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     # One matrix per results directory: two would run the same cells twice.
     lock = open(os.path.join(out, ".lock"), "w")
@@ -782,6 +783,16 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
     return counts
 
 
+def rows_of(exp: Experiment, out: str) -> list[CellRow]:
+    """The stored rows of this experiment's cells (a results directory may hold others)."""
+    path = os.path.join(os.path.abspath(out), "results.sqlite")
+    if not os.path.exists(path):
+        return []
+    with Store(path) as store:
+        found = {r.hash: r for r in store.cells()}
+    return [found[c.hash] for c in exp.cells if c.hash in found]
+
+
 def stop_children(children: list[Child]) -> None:
     for ch in children:
         if ch.proc.poll() is None:
@@ -811,7 +822,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     if base.params["client"] == "ping":
         raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
     admit = Admission.for_host(jobs)
-    root = os.path.join(out, "fidelity", time.strftime("%Y%m%d-%H%M%S"))
+    root = os.path.join(os.path.abspath(out), "fidelity", time.strftime("%Y%m%d-%H%M%S"))
     others = exp.cells[1:] or [base]
     started = 0
 

@@ -181,6 +181,9 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
+    # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
+    # anon_root as given, and a matrix cell runs from the repository root.
+    out = os.path.abspath(out)
     spec = topology.load(cfg.topology)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)

@@ -173,6 +173,19 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     assert all(os.path.getsize(os.path.join(run_dir, "captures", c)) > 24 for c in caps)
 
 
+@needs_root
+@needs_docker
+@pytest.mark.parametrize("client", ["scp", "ftp"])
+def test_a_relative_out_works_on_containers(images, client, tmp_path, no_leftovers):
+    # The tools inside the containers see the run directory by its absolute path.
+    cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "run", "--backend", "docker", "--client", client,
+                         "--size", "1M", "--no-analysis", "--out", "runs"], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    assert run_dir.startswith(str(tmp_path / "runs") + os.sep) and summary["integrity"] == "ok"
+
+
 def _goodput(backend: str, out: str) -> float:
     cp = satbed("run", "--backend", backend, "--pep", "pepd", "--client", "nuttcp-tcp", "--rtt", "100",
                 "--size", "8M", "--no-analysis", "--out", out, timeout=600)

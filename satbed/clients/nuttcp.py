@@ -39,7 +39,7 @@ class NuttcpTcp(TransferClient):
         sender, receiver = ctx.sender, ctx.receiver
         payload = t.payload(t.path("send", "payload.bin"))
         received = t.expect(t.path("recv", "payload.bin"))
-        rx = t.server(receiver, "receiver", [self.tool("nuttcp"), "-r", "-s", "-fparse", "-P", str(CONTROL_PORT)],
+        rx = t.server(receiver, "receiver", [self.tool("nuttcp"), "-r", "-s", "--nofork", "-fparse", "-P", str(CONTROL_PORT)],
                       CONTROL_PORT, stdout=received)
         seconds, out = t.client(sender, [self.tool("nuttcp"), "-t", "-s", "-fparse", "-P", str(CONTROL_PORT),
                                          ip(receiver)], stdin=payload.path)
