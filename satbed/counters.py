@@ -168,17 +168,19 @@ class CounterSampler:
     def _run(self, nodes: list, out) -> None:
         t0 = time.monotonic()
         next_at = t0
+
+        def sample() -> None:
+            now = time.time()
+            t_s = round(time.monotonic() - t0, 3)
+            lines = [json.dumps({"t_s": t_s, "unix": round(now, 3), **row})
+                     for ipr, ports in nodes for row in sample_node(ipr, ports)]
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            self.samples += 1
+
         try:
             while True:
-                now = time.time()
-                t_s = round(time.monotonic() - t0, 3)
-                lines = []
-                for ipr, ports in nodes:
-                    for row in sample_node(ipr, ports):
-                        lines.append(json.dumps({"t_s": t_s, "unix": round(now, 3), **row}))
-                out.write("\n".join(lines) + "\n")
-                out.flush()
-                self.samples += 1
+                sample()
                 # An absolute schedule: a slow sample does not stretch the series.
                 next_at += self.interval
                 delay = next_at - time.monotonic()
@@ -186,6 +188,7 @@ class CounterSampler:
                     next_at = time.monotonic()
                     delay = 0
                 if self._stop.wait(delay):
+                    sample()    # the state at the stop, so totals cover the whole run
                     break
         except Exception as e:  # a vanished namespace ends the series, not the run
             self.error = f"{type(e).__name__}: {e}"

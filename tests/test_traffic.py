@@ -237,3 +237,22 @@ def test_run_report_draws_traffic_and_counters_from_stored_files(tmp_path):
     from analysis.report import write_report
     page = write_report(tmp_path).read_text()
     assert "<h2>Background traffic</h2>" in page and "<h2>Router interface counters</h2>" in page
+
+
+@needs_root
+def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbed, tmp_path):
+    import time
+    from satbed import traffic
+    from satbed.traffic import Traffic, TrafficSpec
+    spec = TrafficSpec.from_dict({"server": "clientB", "client": "clientA", "long": 3, "upload_fraction": 0.5})
+    with Traffic(spec, testbed.hosts, str(tmp_path)) as t:
+        with pytest.raises(Exception):
+            t.wait()                    # no duration: nothing ends by itself
+        time.sleep(2)
+    assert "errors" not in t.result, t.result
+    flows = traffic.load_flows(str(tmp_path))
+    assert len(flows) == 3 and {f["status"] for f in flows} == {"stopped"}
+    assert all(f["bytes"] > 0 and isinstance(f["retransmissions"], int) for f in flows), flows
+    assert not any(p.proc.poll() is None for p in [*t.clients, *t.servers])
+    procs = t.result["summary"]["processes"]
+    assert procs["server-clientB-5301"]["by_status"] == {"stopped": 3}
