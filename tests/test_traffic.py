@@ -268,3 +268,37 @@ def test_readme_traffic_example_is_valid():
     doc = yaml.safe_load("\n".join(line[4:] for line in block.splitlines()))
     spec = TrafficSpec.from_dict(doc["traffic"])
     assert len(spec.groups) == 3 and spec.groups[2].rate == 2
+
+
+@needs_root
+def test_traffic_and_counters_on_the_docker_backend(tmp_path):
+    """The same modules with containers as nodes: trafficgen runs from the
+    repository's bin/ (mounted read-only), the sampler joins a container's
+    network namespace by its pid."""
+    from satbed import counters, docker, topology
+    from satbed.testbed import Testbed
+    from satbed.traffic import Traffic, TrafficSpec
+    if docker.available() is not None:
+        pytest.skip(docker.available())
+    if not os.access(BIN, os.X_OK):
+        pytest.skip("bin/trafficgen not built (make build)")
+    for name in ("host", "emulator", "pep-none"):
+        try:
+            docker.current_tag(name)
+        except Exception as e:      # images are shared: this test uses, never rebuilds, them
+            pytest.skip(str(e))
+    tb = Testbed(topology.load("globalhawk"), backend="docker")
+    try:
+        with docker.for_run("docker", tb.record, str(tmp_path), "none"):
+            tb.start()
+        with counters.CounterSampler([tb.host("clientA").eth0], str(tmp_path)) as sampler:
+            spec = TrafficSpec.from_dict({"duration": 3, "server": "clientB", "client": "clientA", "long": 2,
+                                          "arrival": "constant", "concurrent": 2, "sizes": "100K"})
+            with Traffic(spec, tb.hosts, str(tmp_path)) as t:
+                t.wait()
+        totals = sampler.stop()
+    finally:
+        tb.stop()
+    assert "errors" not in t.result and t.result["summary"]["by_status"].get("completed", 0) > 0, t.result
+    assert totals["ports"]["clientA.eth0"]["rx_bytes"] > 0 and "error" not in totals
+    assert [c for c in docker.containers() if c.startswith(tb.prefix)] == []
