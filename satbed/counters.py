@@ -2,7 +2,7 @@
 bytes of chosen ports, sampled every N ms into a JSONL time series.
 
     sampler = CounterSampler(ports, run_dir, interval_ms=100)
-    sampler.start()
+    sampler.start()                  # e.g. CounterSampler(router_ports(testbed), run_dir)
     ...
     totals = sampler.stop()          # per-port totals, for result.json
 
@@ -120,6 +120,12 @@ def sample_node(ipr, ports: dict[str, Port]) -> list[dict]:
                    requeues=queue.get("requeues", 0), backlog_packets=queue.get("qlen", 0),
                    backlog_bytes=queue.get("backlog", 0))
     return list(rows.values())
+
+
+def router_ports(testbed) -> list["Intf"]:
+    """Every port of every router of a testbed, in topology order: what a
+    run samples by default."""
+    return [intf for router in testbed.routers.values() for intf in router.intfs.values()]
 
 
 class CounterSampler:

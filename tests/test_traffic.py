@@ -302,3 +302,36 @@ def test_traffic_and_counters_on_the_docker_backend(tmp_path):
     assert "errors" not in t.result and t.result["summary"]["by_status"].get("completed", 0) > 0, t.result
     assert totals["ports"]["clientA.eth0"]["rx_bytes"] > 0 and "error" not in totals
     assert [c for c in docker.containers() if c.startswith(tb.prefix)] == []
+
+
+@needs_root
+def test_router_ports_of_a_routed_topology_count_drops_of_competing_traffic(tmp_path):
+    """The spoofing study's network: competing uploads h3 -> h4 overload r1's
+    Internet port (10 Mbit/s, here a 20-packet queue); the sampler, given
+    every router port, sees that port drop and never hold more than 20."""
+    import copy
+    import yaml
+    from satbed import counters, topology
+    from satbed.testbed import running
+    from satbed.traffic import Traffic, TrafficSpec
+    if not os.access(BIN, os.X_OK):
+        pytest.skip("bin/trafficgen not built (make build)")
+    doc = copy.deepcopy(yaml.safe_load(open(topology.find("spoofing"))))
+    doc["routers"]["r1"]["interfaces"]["wan"]["queue"] = 20
+    spec = topology.parse(doc, source="test")
+    with running(spec, bridge_kinds=("pep", "bridge", "emulator")) as tb:
+        ports = counters.router_ports(tb)
+        assert {f"{i.node.name}.{i.port}" for i in ports} == {"r1.e5", "r1.e3", "r1.wan", "r2.wan", "r2.e4",
+                                                              "r2.sat"}
+        with counters.CounterSampler(ports, str(tmp_path)) as sampler:
+            traffic = TrafficSpec.from_dict({"duration": 6, "server": "h4", "client": "h3", "long": 12,
+                                             "upload_fraction": 1})
+            with Traffic(traffic, tb.hosts, str(tmp_path)) as t:
+                t.wait()
+        totals = sampler.stop()
+    assert "errors" not in t.result, t.result
+    wan = totals["ports"]["r1.wan"]
+    assert wan["dropped"] > 0 and 0 < wan["backlog_packets_max"] <= 20, wan
+    assert totals["ports"]["r2.wan"]["dropped"] == 0
+    # The bottleneck ran near its 10 Mbit/s.
+    assert wan["tx_bytes"] * 8 / wan["seconds"] > 5e6, wan
