@@ -1,8 +1,8 @@
 """Router and interface counters over time: queue drops, backlog, packets and
 bytes of chosen ports, sampled every N ms into a JSONL time series.
 
-    sampler = CounterSampler(ports, run_dir, interval_ms=100)
-    sampler.start()                  # e.g. CounterSampler(router_ports(testbed), run_dir)
+    sampler = CounterSampler(router_ports(testbed), run_dir, interval_ms=100)
+    sampler.start()
     ...
     totals = sampler.stop()          # per-port totals, for result.json
 
