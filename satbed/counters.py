@@ -288,6 +288,30 @@ def summarize(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
+def intervals(rows: list[dict], port: str, interval_s: float) -> list[dict]:
+    """One port's series cut into intervals of interval_s (from its first
+    sample): per interval its start, egress bits/s, queue drops and packets
+    sent, from the cumulative counters at the samples nearest each boundary
+    (the link-utilisation-per-interval view of the ACTS study, seed 004)."""
+    rs = by_port(rows).get(port, [])
+    if len(rs) < 2 or not interval_s > 0:
+        return []
+    t0 = rs[0]["t_s"]
+    out, start = [], rs[0]
+    edge = t0 + interval_s
+    for r in rs[1:]:
+        if r["t_s"] + 1e-9 >= edge:
+            dt = r["t_s"] - start["t_s"]
+            out.append({"t_s": round(start["t_s"] - t0, 3), "seconds": round(dt, 3),
+                        "tx_bps": (r["tx_bytes"] - start["tx_bytes"]) * 8 / dt if dt > 0 else 0.0,
+                        "dropped": r["dropped"] - start["dropped"],
+                        "sent_packets": r["sent_packets"] - start["sent_packets"]})
+            start = r
+            while edge <= r["t_s"] + 1e-9:
+                edge += interval_s
+    return out
+
+
 def plot(rows: list[dict], title: str = "Router interface counters") -> bytes:
     """PNG: per port, egress rate, queue drops per second and backlog over
     time (rates from the cumulative counters between samples)."""

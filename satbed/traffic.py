@@ -40,7 +40,7 @@ import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from satbed import units
 from satbed.errors import SatbedError
@@ -453,11 +453,15 @@ def percentiles(values: list[float]) -> dict | None:
             "min": s[0], "max": s[-1]}
 
 
-def goodput_cdf(flows: list[dict], status: str = "completed") -> dict[str, list[tuple[float, float]]]:
-    """Per-flow goodput CDF per direction: [(goodput_bps, P(X <= x))]."""
+def goodput_cdf(flows: list[dict], status: str = "completed",
+                select: Callable[[dict], bool] | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Per-flow goodput CDF per direction: [(goodput_bps, P(X <= x))], of the
+    flows with that status that `select` keeps (e.g. those that ran while
+    the link's BER was in one decade)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for direction in ("download", "upload"):
-        vals = sorted(r["goodput_bps"] for r in flows if r["status"] == status and r["direction"] == direction)
+        vals = sorted(r["goodput_bps"] for r in flows if r["status"] == status and r["direction"] == direction
+                      and (select is None or select(r)))
         if vals:
             out[direction] = [(v, (i + 1) / len(vals)) for i, v in enumerate(vals)]
     return out

@@ -101,6 +101,7 @@ def test_load_flows_joins_sender_retransmissions_and_counts_open_flows(tmp_path)
     assert series[0.0] == 1 and series[0.5] == 2 and series[1.0] == 1 and series[2.0] == 0
     cdf = traffic.goodput_cdf(flows)
     assert cdf == {"download": [(8000, 1.0)], "upload": [(5333, 1.0)]}
+    assert traffic.goodput_cdf(flows, select=lambda f: f["start"] > 100.2) == {"upload": [(5333, 1.0)]}
     s = traffic.summary(str(tmp_path))
     assert s["flows"] == 2 and s["retransmissions"] == 8 and s["cpu_share"]["client-0-a"] == 0.01
     assert traffic.plot(str(tmp_path)).startswith(b"\x89PNG")
@@ -120,6 +121,8 @@ def test_counter_summary_and_plot_from_a_stored_series(tmp_path):
     s = counters.summarize(counters.read_series(str(tmp_path / counters.SERIES)))
     assert s["r1.eth1"]["dropped"] == 12 and s["r1.eth1"]["backlog_packets_max"] == 20
     assert counters.plot(rows).startswith(b"\x89PNG")
+    cut = counters.intervals(rows, "r1.eth1", 0.2)
+    assert [(c["t_s"], c["dropped"], round(c["tx_bps"])) for c in cut] == [(0.0, 6, 12000000), (0.2, 6, 12000000)]
     assert "Router interface counters" in counters.report_section(str(tmp_path))
 
 
@@ -217,7 +220,8 @@ def test_counters_see_drops_on_a_20_packet_queue_under_overload(testbed, tmp_pat
     shape(emu, port_a.name, "5mbit", ["pfifo", "limit", "20"])
     try:
         with counters.CounterSampler([port_a, testbed.host("clientA").eth0], str(tmp_path), interval_ms=50) as s:
-            run_traffic(testbed, tmp_path, {"duration": 8, "server": "clientB", "client": "clientA", "long": 10})
+            result = run_traffic(testbed, tmp_path, {"duration": 8, "server": "clientB", "client": "clientA",
+                                                     "long": 10})
         totals = s.stop()
     finally:
         shape(emu, port_a.name, "10mbit", ["pfifo", "limit", "100"])
@@ -228,6 +232,9 @@ def test_counters_see_drops_on_a_20_packet_queue_under_overload(testbed, tmp_pat
     assert totals["samples"] >= 8 / 0.05 * 0.5
     rows = counters.read_series(os.path.join(str(tmp_path), counters.SERIES))
     assert {r["node"] for r in rows} == {"emulator", "clientA"}
+    # The drops made the senders (the server, for downloads) retransmit, and
+    # the flows' records say so.
+    assert result["summary"]["retransmissions"] > 0, result["summary"]
 
 
 def test_run_report_draws_traffic_and_counters_from_stored_files(tmp_path):
