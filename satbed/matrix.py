@@ -291,11 +291,8 @@ def run_config(params: dict, repetition: int):
 
 
 def config_from_dict(doc: dict):
-    from satbed.emulation import LinkConfig
     from satbed.runner import RunConfig
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    kw = {k: v for k, v in doc.items() if k in known and k != "link"}
-    return RunConfig(link=LinkConfig.from_dict(doc["link"]), **kw)
+    return RunConfig.from_dict(doc)
 
 
 def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: float | None = None) -> Cell:

@@ -9,12 +9,13 @@ import json
 import os
 from typing import Iterator
 
-from satbed.emulation import LinkConfig
+from satbed.emulation import MTU_FRAME, LinkConfig
 from satbed.errors import SatbedError
 from satbed.net import NamespaceSandbox, TransparentNode
 from satbed.proc import BIN_DIR, REPO_ROOT, last_line
 
 ADAPTER_DIR = os.path.join(REPO_ROOT, "pep", "adapters")
+# A lab's own PEPsal / SCPS gateway build on this machine (docker/README.md).
 LAB_BINARIES = ("SATBED_PEPSAL_BIN", "SATBED_SCPS_BIN")
 
 
@@ -32,34 +33,44 @@ def check(name: str) -> str:
     return os.path.join(ADAPTER_DIR, name)
 
 
-class Pep:
-    """One PEP on one PEP node, driven through its adapter."""
+def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, options: str,
+                 state_dir: str, bin_dir: str = BIN_DIR, address: str = "") -> dict[str, str]:
+    """The adapter's environment (pep/CONTRACT.md), built in this one place.
+    side is which end of the satellite link the PEP is on (a or b); the link
+    figures are those of the emulated link its WAN port faces, seen leaving
+    its side (the direction its WAN sends into)."""
+    out = link.a_to_b if side == "a" else link.b_to_a
+    return {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "SATBED_PEP_LAN": lan,
+        "SATBED_PEP_WAN": wan,
+        "SATBED_PEP_BRIDGE": bridge,
+        "SATBED_RATE_BPS": str(out.rate_bps or 0),
+        "SATBED_RTT_MS": f"{link.rtt_ms:g}",
+        "SATBED_BER": f"{out.ber:g}",
+        "SATBED_BUFFER_BYTES": str(out.queue_bytes or out.queue_packets * MTU_FRAME),
+        "SATBED_PEP_OPTS": options,
+        "SATBED_STATE_DIR": state_dir,
+        "SATBED_BIN_DIR": bin_dir,
+        "SATBED_PEP_ROLE": side,
+        "SATBED_PEP_ADDR": address,
+    }
 
-    def __init__(self, name: str, node: TransparentNode, role: str, link: LinkConfig,
+
+class Pep:
+    """One PEP on one PEP node, driven through its adapter. side: a or b,
+    from the topology (the emulator port its WAN faces, or declared)."""
+
+    def __init__(self, name: str, node: TransparentNode, side: str, link: LinkConfig,
                  run_dir: str, options: str = ""):
-        self.name, self.node, self.role = name, node, role
+        self.name, self.node, self.role = name, node, side
+        self.options = options
         self.adapter = check(name)
         self.state_dir = os.path.join(run_dir, "pep", node.name)
         os.makedirs(self.state_dir, exist_ok=True)
-        lan, wan = node.ports
-        rate = link.rate_bps or 0
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "SATBED_PEP_LAN": node.port(lan).name,
-            "SATBED_PEP_WAN": node.port(wan).name,
-            "SATBED_PEP_BRIDGE": node.bridge(),
-            "SATBED_RATE_BPS": str(rate),
-            "SATBED_RTT_MS": f"{link.rtt_ms:g}",
-            "SATBED_BER": f"{link.a_to_b.ber:g}",
-            "SATBED_BUFFER_BYTES": str(link.a_to_b.queue_bytes or link.a_to_b.queue_packets * 1514),
-            "SATBED_PEP_OPTS": options,
-            "SATBED_STATE_DIR": self.state_dir,
-            "SATBED_BIN_DIR": BIN_DIR,
-            "SATBED_PEP_ROLE": role,
-            "SATBED_PEP_ADDR": str(node.address or ""),
-        }
-        # A lab's own PEPsal or SCPS gateway on this machine; a container
-        # has its image's binary instead.
+        self.env = contract_env(node.port("lan").name, node.port("wan").name, node.bridge(), side, link,
+                                options, self.state_dir, address=str(node.address or ""))
+        # A container has its image's binary instead.
         if isinstance(node.sandbox, NamespaceSandbox):
             for var in LAB_BINARIES:
                 if os.environ.get(var):
