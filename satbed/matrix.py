@@ -215,7 +215,10 @@ def load(path: str, backend: str = "mininet", repetitions: int | None = None) ->
             sc = scenario.load(path)
         except SatbedError as e:
             raise SatbedError(str(e)) from None
-        doc = {"name": sc.name, "description": sc.description, "fixed": sc.params, **sc.matrix}
+        # The sweep's axes vary what the scenario fixes for a single run.
+        axes = sc.matrix.get("axes") or {}
+        fixed = {k: v for k, v in sc.params.items() if not isinstance(axes, dict) or k not in axes}
+        doc = {"name": sc.name, "description": sc.description, "fixed": fixed, **sc.matrix}
     try:
         if repetitions is not None:
             if repetitions < 1:
