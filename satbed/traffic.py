@@ -40,7 +40,7 @@ import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from satbed import units
 from satbed.errors import SatbedError
@@ -114,7 +114,8 @@ class TrafficGroup:
     client: str
     long: int = 0                   # long-lived flows, open the whole run
     arrival: str = "none"           # finite flows: none, poisson or constant
-    rate: float = 0.0               # poisson: arrivals per second
+    rate: float = 0.0               # poisson: arrivals per second; constant: the first
+                                    # `concurrent` flows start as Poisson arrivals at it (0: at once)
     concurrent: int = 0             # constant: finite flows open at all times
     sizes: str = ""                 # trafficgen -sizes (see parse_sizes)
     upload_fraction: float = 0.0    # share of flows the client host sends
@@ -206,8 +207,10 @@ def _group(g: object, bad) -> TrafficGroup:
     rate, concurrent = g.get("rate", 0), g.get("concurrent", 0)
     if arrival == "poisson" and (not _number(rate) or not 0 < rate <= 1e5):
         raise bad(f"poisson arrivals need rate (flows/s) in (0, 100000], got {rate!r}")
-    if arrival != "poisson" and rate:
-        raise bad("rate is for poisson arrivals only")
+    if arrival == "constant" and (not _number(rate) or not 0 <= rate <= 1e5):
+        raise bad(f"a constant count's ramp-up rate (flows/s) must be in [0, 100000], got {rate!r}")
+    if arrival == "none" and rate:
+        raise bad("rate is for poisson arrivals or a constant count's ramp-up")
     if arrival == "constant" and (not isinstance(concurrent, int) or isinstance(concurrent, bool)
                                   or not 1 <= concurrent <= 10000):
         raise bad(f"constant arrivals need concurrent (flows) in 1..10000, got {concurrent!r}")
@@ -313,7 +316,7 @@ class Traffic:
                     "-arrival", g.arrival, "-upload-fraction", repr(g.upload_fraction),
                     "-max-active", str(g.max_active),
                     "-records", os.path.join(self.dir, f"client-{i}-{g.client}.jsonl")]
-            if g.arrival == "poisson":
+            if g.rate:
                 args += ["-rate", repr(g.rate)]
             if g.arrival == "constant":
                 args += ["-concurrent", str(g.concurrent)]
@@ -450,11 +453,15 @@ def percentiles(values: list[float]) -> dict | None:
             "min": s[0], "max": s[-1]}
 
 
-def goodput_cdf(flows: list[dict], status: str = "completed") -> dict[str, list[tuple[float, float]]]:
-    """Per-flow goodput CDF per direction: [(goodput_bps, P(X <= x))]."""
+def goodput_cdf(flows: list[dict], status: str = "completed",
+                select: Callable[[dict], bool] | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Per-flow goodput CDF per direction: [(goodput_bps, P(X <= x))], of the
+    flows with that status that `select` keeps (e.g. those that ran while
+    the link's BER was in one decade)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for direction in ("download", "upload"):
-        vals = sorted(r["goodput_bps"] for r in flows if r["status"] == status and r["direction"] == direction)
+        vals = sorted(r["goodput_bps"] for r in flows if r["status"] == status and r["direction"] == direction
+                      and (select is None or select(r)))
         if vals:
             out[direction] = [(v, (i + 1) / len(vals)) for i, v in enumerate(vals)]
     return out

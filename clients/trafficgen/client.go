@@ -15,7 +15,9 @@ import (
 const (
 	ArrivalNone     = "none"     // no finite flows (long-lived only)
 	ArrivalPoisson  = "poisson"  // exponential inter-arrival times at Rate flows/s
-	ArrivalConstant = "constant" // Concurrent flows at all times: one that ends is replaced
+	ArrivalConstant = "constant" // Concurrent flows at all times: one that ends is replaced (a Rate
+	// spreads the first Concurrent starts as Poisson arrivals, as the TCP
+	// spoofing study started its competing flows)
 )
 
 // retryDelay is how long a failed flow's replacement waits, so a server
@@ -69,6 +71,9 @@ func (c *ClientConfig) Validate() error {
 	case ArrivalConstant:
 		if c.Concurrent < 1 {
 			return fmt.Errorf("constant arrival needs at least 1 concurrent flow, got %d", c.Concurrent)
+		}
+		if !(c.Rate >= 0) || c.Rate > 1e5 {
+			return fmt.Errorf("constant arrival ramp-up rate %g flows/s: must be in [0, 100000]", c.Rate)
 		}
 	default:
 		return fmt.Errorf("arrival %q: want none, poisson or constant", c.Arrival)
@@ -150,50 +155,55 @@ func Run(ctx context.Context, cfg ClientConfig, records *Recorder) (*Summary, er
 	for range cfg.Long {
 		start(true)
 	}
-	if cfg.Arrival == ArrivalConstant {
+	// Finite flows wait for arrival times: all of them under Poisson
+	// arrivals; under a constant count only the first Concurrent, and only
+	// when a ramp-up Rate is given (else they all start now).
+	pending := 0
+	switch {
+	case cfg.Arrival == ArrivalPoisson:
+		pending = -1 // unbounded
+	case cfg.Arrival == ArrivalConstant && cfg.Rate > 0:
+		pending = cfg.Concurrent
+	case cfg.Arrival == ArrivalConstant:
 		for range cfg.Concurrent {
 			start(false)
 		}
 	}
 	var arrivals <-chan time.Time
+	var timer *time.Timer
 	var next time.Time
-	if cfg.Arrival == ArrivalPoisson {
+	if pending != 0 {
 		// Arrival times are drawn on an absolute schedule, so timer lateness
 		// never lowers the rate.
 		next = time.Now().Add(expDuration(rng, cfg.Rate))
-		timer := time.NewTimer(time.Until(next))
+		timer = time.NewTimer(time.Until(next))
 		defer timer.Stop()
 		arrivals = timer.C
-		for loop := true; loop; {
-			select {
-			case <-ctx.Done():
-				loop = false
-			case e := <-done:
-				active--
-				cfg.replace(e, start, later)
-			case long := <-retry:
-				start(long)
-			case <-arrivals:
-				for now := time.Now(); !next.After(now); next = next.Add(expDuration(rng, cfg.Rate)) {
-					if active < cfg.MaxActive {
-						start(false)
-					} else {
-						sum.Skipped++
-					}
+	}
+	for loop := true; loop; {
+		select {
+		case <-ctx.Done():
+			loop = false
+		case e := <-done:
+			active--
+			cfg.replace(e, start, later)
+		case long := <-retry:
+			start(long)
+		case <-arrivals:
+			for now := time.Now(); pending != 0 && !next.After(now); next = next.Add(expDuration(rng, cfg.Rate)) {
+				if active < cfg.MaxActive {
+					start(false)
+				} else {
+					sum.Skipped++
 				}
-				timer.Reset(time.Until(next))
+				if pending > 0 {
+					pending--
+				}
 			}
-		}
-	} else {
-		for loop := true; loop; {
-			select {
-			case <-ctx.Done():
-				loop = false
-			case e := <-done:
-				active--
-				cfg.replace(e, start, later)
-			case long := <-retry:
-				start(long)
+			if pending == 0 {
+				arrivals = nil // a constant count's ramp-up is over
+			} else {
+				timer.Reset(time.Until(next))
 			}
 		}
 	}
@@ -230,6 +240,9 @@ func (cfg *ClientConfig) describe() map[string]any {
 		d["rate_per_s"] = cfg.Rate
 	case ArrivalConstant:
 		d["concurrent"] = cfg.Concurrent
+		if cfg.Rate > 0 {
+			d["ramp_up_rate_per_s"] = cfg.Rate
+		}
 	}
 	if cfg.Sizes != nil {
 		d["sizes"] = cfg.Sizes.String()

@@ -168,3 +168,31 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// A constant count with a ramp-up rate starts its first flows at Poisson
+// times, not all at once. The server never answers, so flows only start.
+func TestConstantRampUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // never accepted: the kernel completes handshakes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	out := &syncBuffer{}
+	cfg := ClientConfig{Server: ln.Addr().String(), Arrival: ArrivalConstant, Concurrent: 10, Rate: 20,
+		Sizes: Fixed(1 << 20), Duration: 800 * time.Millisecond, Seed: 5, Payload: NewPayload(5)}
+	sum, err := Run(context.Background(), cfg, NewRecorder(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := out.records(t)
+	if len(recs) < 3 || len(recs) > 10 || sum.ByStatus[Stopped] != len(recs) {
+		t.Fatalf("%d records, summary %+v: want 3..10 stopped flows", len(recs), sum)
+	}
+	first, last := recs[0].Start, recs[0].Start
+	for _, r := range recs {
+		first, last = min(first, r.Start), max(last, r.Start)
+	}
+	if last-first < 0.1 {
+		t.Errorf("starts spread over %.3f s; a ramp-up at 20/s spreads them wider", last-first)
+	}
+}

@@ -218,12 +218,6 @@ func (rec *FlowRecord) addTCPInfo(c *net.TCPConn, overhead, written uint64) {
 	}
 }
 
-// isTimeout reports a deadline error (how a cancelled flow's blocked I/O ends).
-func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
-}
-
 // isReset reports a connection the peer reset or closed under us.
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)

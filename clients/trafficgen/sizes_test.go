@@ -133,3 +133,25 @@ func TestSurgeTable(t *testing.T) {
 		t.Errorf("flows above 133 KB: %.3f of flows carry %.3f of bytes; want a heavy tail", f, fb)
 	}
 }
+
+// FuzzParseTable: a table file never panics the parser, and an accepted
+// table only ever draws sizes within its range.
+func FuzzParseTable(f *testing.F) {
+	f.Add("100 0.5\n1000 1\n")
+	f.Add("# c\n1 0\n2 1 # tail\n")
+	f.Add("1e3 1")
+	f.Fuzz(func(t *testing.T, text string) {
+		e, err := ParseTable(strings.NewReader(text), "fuzz")
+		if err != nil {
+			return
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		lo, hi := e.Sizes[0], e.Sizes[len(e.Sizes)-1]
+		for range 50 {
+			x := float64(e.Draw(rng))
+			if x < math.Floor(lo) || x > math.Ceil(hi) {
+				t.Fatalf("drew %g outside [%g, %g]", x, lo, hi)
+			}
+		}
+	})
+}

@@ -135,7 +135,7 @@ func client(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cfg.Tag, "tag", "", "free text copied into every record")
 	fs.IntVar(&cfg.Long, "long", 0, "long-lived flows, open for the whole run")
 	fs.StringVar(&cfg.Arrival, "arrival", "none", "finite flows: none, poisson (-rate) or constant (-concurrent)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "poisson: mean arrivals per second")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "poisson: mean arrivals per second; constant: the first -concurrent flows start as Poisson arrivals at this rate (0: all at once)")
 	fs.IntVar(&cfg.Concurrent, "concurrent", 0, "constant: finite flows kept open at all times")
 	fs.IntVar(&cfg.MaxActive, "max-active", 2000, "poisson: skip (and count) arrivals beyond this many active flows")
 	sizes := fs.String("sizes", "", "finite flow sizes: BYTES, fixed:BYTES, exp:MEAN, pareto:SHAPE:MIN[:MAX], table:PATH")
