@@ -207,7 +207,8 @@ class TopologySpec:
                                  "routes_given": r.routes_given}
                         for r in self.routers.values()},
             "transparent": {t.name: {"short": t.short, "kind": t.kind, "ports": list(t.ports),
-                                     **({"side": t.side} if t.side else {})}
+                                     **({"side": t.side} if t.side else {}),
+                                     **({"ip": str(t.ip)} if t.ip else {})}
                             for t in self.transparent.values()},
             "links": [[str(link.a), str(link.b)] for link in self.links],
             "segments": [{"subnet": str(s.subnet) if s.subnet else None,
