@@ -136,6 +136,13 @@ def _link(v) -> dict:
     return dict(v)
 
 
+def _scenario(v) -> str | None:
+    if v is None:
+        return None
+    from satbed import scenario
+    return scenario.find(str(v))
+
+
 # parameter -> (normaliser, default)
 PARAMS = {
     "client": (_client, "ping"),
@@ -156,6 +163,7 @@ PARAMS = {
     "time_limit": (_time_limit, None),
     "seed": (_seed, 1),
     "link": (_link, None),
+    "scenario": (_scenario, None),
 }
 
 
@@ -201,6 +209,16 @@ def load(path: str, backend: str = "mininet", repetitions: int | None = None) ->
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    from satbed import scenario
+    if scenario.is_scenario(doc):
+        try:
+            sc = scenario.load(path)
+        except SatbedError as e:
+            raise SatbedError(str(e)) from None
+        # The sweep's axes vary what the scenario fixes for a single run.
+        axes = sc.matrix.get("axes") or {}
+        fixed = {k: v for k, v in sc.params.items() if not isinstance(axes, dict) or k not in axes}
+        doc = {"name": sc.name, "description": sc.description, "fixed": fixed, **sc.matrix}
     try:
         if repetitions is not None:
             if repetitions < 1:
@@ -282,10 +300,14 @@ def run_config(params: dict, repetition: int):
     if params["link"]:
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
+    extra = {}
+    if params.get("scenario"):
+        from satbed import scenario
+        extra = scenario.extras(scenario.read(params["scenario"]), params["scenario"], seed)
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
-                    graphs=params["graphs"], time_limit_s=params["time_limit"])
+                    graphs=params["graphs"], time_limit_s=params["time_limit"], **extra)
     cfg.validate()
     return cfg
 

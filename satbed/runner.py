@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from satbed import clients, emulation, environment, peps, topology
+from satbed import clients, counters, emulation, environment, peps, topology, traffic
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -51,9 +51,11 @@ class RunConfig:
     peps: dict[str, PepPlacement] = field(default_factory=dict)     # PEP node -> its PEP; others get `pep`
     profiles: dict[str, str] = field(default_factory=dict)          # host -> TCP profile, over the topology's
     endpoints: list[str] = field(default_factory=list)              # main flow [a, b]; default roles ground, aircraft
+    traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
+    main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
     scenario: str = ""                                              # the scenario file it came from
 
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "scenario")
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
 
     def validate(self) -> None:
         topology.find(self.topology)
@@ -63,6 +65,8 @@ class RunConfig:
             peps.check(placement.name)
         for link in self.links.values():
             link.validate()
+        if self.traffic:
+            traffic.TrafficSpec.from_dict(self.traffic)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
@@ -201,6 +205,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     emus: dict[str, emulation.Emulator] = {}
     pep_list: list[peps.Pep] = []
     caps = None
+    sampler: counters.CounterSampler | None = None
+    background: traffic.Traffic | None = None
     failure: BaseException | None = None
     try:
         if not the_plan.links and (cfg.link.rtt_ms or cfg.link.a_to_b.ber):
@@ -225,6 +231,15 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
         caps.start()
+        router_ports = [i for r in tb.routers.values() for i in r.intfs.values()]
+        if router_ports:
+            sampler = counters.CounterSampler(router_ports, run_dir)
+            sampler.start()
+        if cfg.traffic:
+            background = traffic.Traffic(traffic.TrafficSpec.from_dict(cfg.traffic), tb.hosts, run_dir)
+            background.start()
+        if cfg.main_delay_s:
+            time.sleep(cfg.main_delay_s)
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
@@ -238,6 +253,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
+        if background is not None:
+            result["traffic"] = _safely(background.stop, result)
+        if sampler is not None:
+            result["counters"] = _safely(sampler.stop, result)
         if caps is not None:
             result["captures"] = _safely(caps.stop, result)
         if pep_list:

@@ -234,6 +234,8 @@ def load(name_or_path: str) -> TopologySpec:
         raise SatbedError(f"malformed topology {path}{where}: {getattr(e, 'problem', e)}") from None
     except OSError as e:
         raise SatbedError(f"cannot read topology {path}: {e.strerror}") from None
+    if isinstance(doc, dict) and isinstance(doc.get("topology"), dict):
+        doc = doc["topology"]       # a scenario file with its topology inline
     return parse(doc, source=path)
 
 
