@@ -127,6 +127,9 @@ func Run(ctx context.Context, cfg ClientConfig, records *Recorder) (*Summary, er
 	var nextID uint64
 	active := 0
 	start := func(long bool) {
+		if ctx.Err() != nil {
+			return // the run is over: a late replacement would only record an empty flow
+		}
 		nextID++
 		f := flowSpec{id: nextID, long: long, dir: Download}
 		if rng.Float64() < cfg.UploadFraction {
