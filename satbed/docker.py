@@ -51,6 +51,13 @@ DEBIAN_SOURCES = "/etc/apt/sources.list.d/debian.sources"
 # Capabilities beyond Docker's default set (which already has CHOWN, SETUID,
 # SETGID, SYS_CHROOT, NET_BIND_SERVICE, KILL... for sshd and vsftpd).
 CAPS = ("NET_ADMIN", "NET_RAW")
+# Host devices a PEP container gets where the host has them: the SCPS
+# gateway's TAP build opens /dev/net/tun.
+PEP_DEVICES = ("/dev/net/tun",)
+
+
+def pep_device_args() -> list[str]:
+    return [a for d in PEP_DEVICES if os.path.exists(d) for a in ("--device", d)]
 
 
 @dataclass(frozen=True)
@@ -424,6 +431,8 @@ class DockerSandbox(Sandbox):
                 "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.owner={os.getpid()}"]
         for cap in CAPS:
             args += ["--cap-add", cap]
+        if role == "pep":
+            args += pep_device_args()
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
         for m in sorted(set(opts.mounts) | set(extra_mounts())):
             os.makedirs(m, exist_ok=True)

@@ -285,9 +285,11 @@ class TransparentNode(Node):
     BRIDGE = "br0"
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 kind: str, ports: tuple[str, ...], backend: str = "mininet"):
+                 kind: str, ports: tuple[str, ...], backend: str = "mininet",
+                 address: ipaddress.IPv4Interface | None = None):
         super().__init__(name, short, prefix, record, backend, role=kind)
         self.kind, self.ports = kind, ports
+        self.address = address          # offered to a PEP that connects from its own address
         self.bridged = False
         # Frames crossing the bridge must not be fed to this namespace's
         # iptables unless a PEP asks for it.

@@ -247,7 +247,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        result.update(client.run(ctx))
+        with peps.guarded(pep_list):       # a dead PEP is named, not the client it stranded
+            result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
         if tb.tcp_profiles:

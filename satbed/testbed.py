@@ -69,7 +69,7 @@ class Testbed:
             self.nodes[r.name] = Router(r.name, r.short, self.prefix, self.record, r.addresses, self.backend)
         for t in spec.transparent.values():
             self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports,
-                                                    self.backend)
+                                                    self.backend, address=t.ip)
         for ls in spec.links:
             a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
             ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))

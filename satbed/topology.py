@@ -16,6 +16,7 @@ module only parses and validates, satbed.net realizes a spec."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -87,12 +88,16 @@ class RouterSpec:
 
 @dataclass(frozen=True)
 class TransparentSpec:
-    """A node that forwards frames between its ports and has no IP address."""
+    """A node that forwards frames between its ports and has no IP address.
+    A PEP node may name one (ip) for a PEP program that opens its upstream
+    connections from its own address (PEPsal): only such an adapter puts it
+    on the bridge, and the far host then sees that address."""
     name: str
     short: str
     kind: str
     ports: tuple[str, ...]
     side: str = ""                   # a PEP's side: the emulator port its WAN faces, or declared
+    ip: ipaddress.IPv4Interface | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +207,8 @@ class TopologySpec:
                                  "routes_given": r.routes_given}
                         for r in self.routers.values()},
             "transparent": {t.name: {"short": t.short, "kind": t.kind, "ports": list(t.ports),
-                                     **({"side": t.side} if t.side else {})}
+                                     **({"side": t.side} if t.side else {}),
+                                     **({"ip": str(t.ip)} if t.ip else {})}
                             for t in self.transparent.values()},
             "links": [[str(link.a), str(link.b)] for link in self.links],
             "segments": [{"subnet": str(s.subnet) if s.subnet else None,
@@ -346,7 +352,7 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
 
     transparent: dict[str, TransparentSpec] = {}
     for name, body in (doc.get("transparent") or {}).items():
-        body, short = node_common(name, body, "transparent node", {"kind", "ports", "side"})
+        body, short = node_common(name, body, "transparent node", {"kind", "ports", "side", "ip"})
         kind = body.get("kind", "bridge")
         if kind not in TRANSPARENT_KINDS:
             raise bad(f"transparent node {name}: kind must be one of {', '.join(TRANSPARENT_KINDS)}")
@@ -360,8 +366,11 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
         side = body.get("side", "")
         if side and (kind != "pep" or side not in SIDES):
             raise bad(f"transparent node {name}: side is for PEPs and must be a or b")
+        if "ip" in body and kind != "pep":
+            raise bad(f"transparent node {name}: only a pep node may have an ip")
+        node_ip = address(body["ip"], f"pep {name}") if "ip" in body else None
         transparent[name] = TransparentSpec(name, short, kind, tuple(sorted(ports)) if kind in ROLE_PORTS
-                                            else tuple(ports), str(side))
+                                            else tuple(ports), str(side), node_ip)
 
     def ports_of(node: str) -> tuple[str, ...] | None:
         if node in hosts:
@@ -410,7 +419,15 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
             raise bad(f"address {a.ip} given to both {seen_ips[a.ip]} and {ep}")
         seen_ips[a.ip] = ep
     segments = _segments(links, transparent, addr_of, bad)
-
+    for t in transparent.values():
+        if t.ip is None:
+            continue
+        if t.ip.ip in seen_ips:
+            raise bad(f"pep {t.name}: address {t.ip.ip} is already {seen_ips[t.ip.ip]}'s")
+        seen_ips[t.ip.ip] = Endpoint(t.name, "ip")
+        seg = next((g for g in segments if t.name in g.transparent), None)
+        if seg is not None and seg.subnet is not None and t.ip.network != seg.subnet:
+            raise bad(f"pep {t.name}: {t.ip} is not on its segment's subnet {seg.subnet}")
     router_ifaces_on: dict[ipaddress.IPv4Network, list[Endpoint]] = {}
     for seg in segments:
         if seg.subnet is not None:
@@ -437,7 +454,7 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
             _, side = _facing_emulator_port(spec, t.name)
             if not side:
                 raise bad(f"pep {t.name}: its wan port faces no emulator; give side: a or b")
-            transparent[t.name] = TransparentSpec(t.name, t.short, t.kind, t.ports, side)
+            transparent[t.name] = dataclasses.replace(t, side=side)
     return spec
 
 

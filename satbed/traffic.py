@@ -293,6 +293,9 @@ class Traffic:
         from satbed.clients.transfer import listening
 
         os.makedirs(self.dir, exist_ok=True)
+        if glob.glob(os.path.join(self.dir, "*.jsonl")):
+            # The generator appends: a second run here would mix its flows with the first's.
+            raise SatbedError(f"{self.dir} already holds traffic records: give each run its own directory")
         self.started_at = time.time()
         for server, port in dict.fromkeys((g.server, g.port) for g in self.spec.groups):
             host = self.hosts[server]
@@ -323,7 +326,7 @@ class Traffic:
             if g.sizes:
                 args += ["-sizes", g.sizes]
             if self.spec.duration_s is not None:
-                args += ["-duration", f"{self.spec.duration_s:g}s"]
+                args += ["-duration", f"{round(self.spec.duration_s * 1000)}ms"]
             self.clients.append(self._spawn(self.hosts[g.client], f"client-{i}-{g.client}", args))
 
     def wait(self, timeout: float | None = None) -> None:

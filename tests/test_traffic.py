@@ -342,3 +342,14 @@ def test_router_ports_of_a_routed_topology_count_drops_of_competing_traffic(tmp_
     assert totals["ports"]["r2.wan"]["dropped"] == 0
     # The bottleneck ran near its 10 Mbit/s.
     assert wan["tx_bytes"] * 8 / wan["seconds"] > 5e6, wan
+
+
+@needs_root
+def test_traffic_refuses_a_directory_with_records(testbed, tmp_path):
+    from satbed.errors import SatbedError
+    from satbed.traffic import Traffic, TrafficSpec
+    _write(tmp_path / "traffic" / "client-0-clientA.jsonl", [{"record": "summary"}])
+    spec = TrafficSpec.from_dict({"server": "clientB", "client": "clientA", "long": 1})
+    with pytest.raises(SatbedError, match="already holds traffic records"):
+        Traffic(spec, testbed.hosts, str(tmp_path)).start()
+    assert not any("trafficgen" in " ".join(map(str, p.args)) for h in testbed.hosts.values() for p in h.procs)
