@@ -89,6 +89,10 @@ class RunConfig:
                    peps={n: PepPlacement(**v) for n, v in (doc.get("peps") or {}).items()}, **kw)
 
     def slug(self) -> str:
+        if self.scenario:
+            name = os.path.splitext(os.path.basename(self.scenario))[0]
+            used = sorted(({p.name for p in self.peps.values()} | {self.pep}) - {"none"})
+            return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
         return (f"{self.client}-{self.pep}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
 

@@ -278,7 +278,13 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
         extra = set(body) - allowed - {"short"}
         if extra:
             raise bad(f"{what} {name}: unknown key(s): {', '.join(sorted(extra))}")
-        short = body.get("short", name[:2].lower())
+        short = body.get("short")
+        if short is None:
+            # Device names are prefix-short+port (15 bytes at most): a short
+            # default, the next candidate when two names begin alike.
+            candidates = [c for c in (name[:2].lower(), (name[0] + name[-1]).lower(), name[:3].lower())
+                          if _SHORT.match(c)]
+            short = next((c for c in candidates if c not in shorts), candidates[0] if candidates else name)
         if not isinstance(short, str) or not _SHORT.match(short):
             raise bad(f"node {name}: short name {short!r} must be 1-3 lowercase letters/digits")
         if short in shorts:

@@ -106,3 +106,28 @@ def test_spoofing_scenario_runs_with_traffic_counters_and_a_one_sided_spoofer(tm
     with open(os.path.join(run_dir, "environment.json")) as f:
         env = json.load(f)
     assert env["tcp_profiles"]["h1"]["net.ipv4.tcp_congestion_control"] == "reno"
+
+
+def _docker_missing() -> str | None:
+    from satbed import docker
+    why = docker.available()
+    if why is None and not all(docker.image_id(f"satbed/{i}:latest") for i in ("base", "host", "emulator",
+                                                                               "pep-pepd")):
+        why = "satbed images not built (make images)"
+    return why
+
+
+@needs_root
+@needs_bins
+@pytest.mark.skipif(_docker_missing() is not None, reason=str(_docker_missing()))
+def test_routed_scenario_on_containers(tmp_path):
+    cp = satbed("run", "--scenario", "spoofing", "--size", "100K", "--no-analysis", "--backend", "docker",
+                "--out", str(tmp_path), timeout=900)
+    assert cp.returncode == 0, cp.stderr
+    with open(os.path.join(cp.stdout.splitlines()[0], "result.json")) as f:
+        result = json.load(f)
+    assert result["integrity"] == "ok" and result["pep"]["connections_split"] >= 1
+    with open(os.path.join(cp.stdout.splitlines()[0], "environment.json")) as f:
+        env = json.load(f)
+    assert env["testbed"]["backend"] == "docker"
+    assert {"r1", "r2", "h2", "sat", "inet"} <= set(env["testbed"]["nodes"])

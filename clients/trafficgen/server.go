@@ -15,8 +15,11 @@ import (
 // PayloadLen is the size of the shared buffer senders write from.
 const PayloadLen = 64 << 10
 
+// errPeerClosed: the other end closed before the flow's size was reached.
+var errPeerClosed = errors.New("peer closed")
+
 // longAgo is a deadline in the past: setting it wakes any blocked I/O.
-var longAgo = time.Unix(1, 0)
+func longAgo() time.Time { return time.Unix(1, 0) }
 
 // NewPayload returns seeded random bytes to send (random, so no link or
 // tool can compress them). Senders share it read-only.
@@ -30,8 +33,13 @@ func NewPayload(seed uint64) []byte {
 	return b
 }
 
-// bufPool holds receive buffers, so idle connections cost no buffer between flows.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+// buffers lends receive buffers, so a connection holds one only while it
+// reads; each Server and each client run owns its own.
+type buffers struct{ pool sync.Pool }
+
+func newBuffers() *buffers {
+	return &buffers{pool: sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+}
 
 // Server answers flow requests: it sends for downloads and sinks uploads,
 // and records one FlowRecord per flow (side "server").
@@ -53,6 +61,7 @@ func (s *Server) Serve(ctx context.Context, ln *net.TCPListener) error {
 	}
 	unhook := context.AfterFunc(ctx, func() { ln.Close() })
 	defer unhook()
+	bufs := newBuffers()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -73,7 +82,7 @@ func (s *Server) Serve(ctx context.Context, ln *net.TCPListener) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.handle(ctx, c)
+			s.handle(ctx, c, bufs)
 		}()
 	}
 }
@@ -84,10 +93,10 @@ func (s *Server) logf(format string, args ...any) {
 	}
 }
 
-func (s *Server) handle(ctx context.Context, c *net.TCPConn) {
+func (s *Server) handle(ctx context.Context, c *net.TCPConn, bufs *buffers) {
 	defer c.Close()
 	start := time.Now()
-	unhook := context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo) })
+	unhook := context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo()) })
 	defer unhook()
 	hdr := make([]byte, HeaderLen)
 	_ = c.SetReadDeadline(start.Add(s.HeaderTimeout))
@@ -100,7 +109,7 @@ func (s *Server) handle(ctx context.Context, c *net.TCPConn) {
 	// Cancellation between the two deadline calls must still stop the flow.
 	_ = c.SetReadDeadline(time.Time{})
 	if ctx.Err() != nil {
-		_ = c.SetDeadline(longAgo)
+		_ = c.SetDeadline(longAgo())
 	}
 	req, err := ParseRequest(hdr)
 	if err != nil {
@@ -125,16 +134,20 @@ func (s *Server) handle(ctx context.Context, c *net.TCPConn) {
 		}
 		rec.addTCPInfo(c, 0, written)
 	} else {
-		rec.Bytes, ioErr = readAll(c, nil)
+		rec.Bytes, ioErr = bufs.readN(c, req.Size, nil)
 		if ioErr == nil {
 			_, ioErr = c.Write(MarshalReply(rec.Bytes))
+		}
+		if ioErr == nil && req.Size > 0 {
+			// The receipt is out; the client closes next.
+			_, ioErr = io.Copy(io.Discard, c)
 		}
 		rec.addTCPInfo(c, 0, 0)
 	}
 	switch {
 	case ioErr == nil && req.Size > 0 && rec.Bytes == req.Size:
 		rec.Status = Completed
-	case ctx.Err() != nil || ioErr == nil || isReset(ioErr):
+	case ctx.Err() != nil || ioErr == nil || isReset(ioErr) || errors.Is(ioErr, errPeerClosed):
 		// Our stop, or the client ended the flow (its run stopped, or a long flow's end).
 		rec.Status = Stopped
 	default:
@@ -168,26 +181,37 @@ func writeN(c net.Conn, payload []byte, n uint64) (uint64, error) {
 	return written, nil
 }
 
-// readAll reads until EOF and counts; lastData, if not nil, is set to the
-// time the last bytes arrived.
-func readAll(c net.Conn, lastData *time.Time) (uint64, error) {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
+// readN reads n bytes (n == 0: until EOF) and counts them; lastData, if
+// not nil, is set to the time the last bytes arrived. A finite flow ends at
+// its last byte, not at the peer's FIN: a FIN queued behind a full
+// congestion window leaves a round trip later, which would show as a
+// round trip of idle time between a flow and its replacement.
+func (bs *buffers) readN(c net.Conn, n uint64, lastData *time.Time) (uint64, error) {
+	bp := bs.pool.Get().(*[]byte)
+	defer bs.pool.Put(bp)
 	buf := *bp
 	var got uint64
-	for {
-		k, err := c.Read(buf)
+	for n == 0 || got < n {
+		chunk := buf
+		if n > 0 && n-got < uint64(len(chunk)) {
+			chunk = chunk[:n-got]
+		}
+		k, err := c.Read(chunk)
 		if k > 0 {
 			got += uint64(k)
 			if lastData != nil {
 				*lastData = time.Now()
 			}
 		}
-		if err == io.EOF {
+		if err == io.EOF && n == 0 {
 			return got, nil
+		}
+		if err == io.EOF {
+			return got, fmt.Errorf("%w after %d of %d bytes", errPeerClosed, got, n)
 		}
 		if err != nil {
 			return got, err
 		}
 	}
+	return got, nil
 }

@@ -16,10 +16,13 @@
 //	20     8    size in bytes (big endian); 0: unbounded, until one side stops
 //
 // Download: the server sends size bytes, shuts down its write side and
-// waits for the client's close (so every byte is acknowledged before it
-// reads its retransmission count). Upload: the client sends size bytes and
-// shuts down its write side; the server answers with an 8-byte big-endian
-// count of the bytes it received and closes.
+// waits for the client's close, which comes once the client holds all size
+// bytes (so every byte is acknowledged before the server reads its
+// retransmission count). Upload: the client sends size bytes and shuts down
+// its write side; the server, once it holds size bytes, answers with an
+// 8-byte big-endian count of them and waits for the client's close. Neither
+// waits for the other's FIN to call a flow complete: a FIN queued behind a
+// full congestion window can leave a round trip after the last byte.
 package trafficgen
 
 import (

@@ -64,16 +64,15 @@ class Ftp(TransferClient):
             payload = t.payload(os.path.join(root, "payload.bin"))
             received = t.expect(t.path("ground", "payload.bin"))
 
-        # vsftpd's empty chroot, of the run: a container has no
-        # /run/vsftpd/empty (Debian makes it at boot, not in the package).
-        empty = t.mkdir("empty")
+        # vsftpd's own empty directory is made by its package's tmpfiles at
+        # boot, which a container node never ran: an empty root-owned one per run.
+        empty = t.mkdir("vsftpd-empty")
         os.chmod(empty, 0o555)
         conf = t.path("vsftpd.conf")
         with open(conf, "w", encoding="ascii") as f:
-            f.write(CONFIG.format(ip=ip(server), port=PORT, user=ANON_USER, root=root,
+            f.write(CONFIG.format(ip=ip(server), port=PORT, user=ANON_USER, root=root, empty=empty,
                                   upload="YES" if upload else "NO", pasv_min=PASV_PORTS[0],
-                                  pasv_max=PASV_PORTS[1], xferlog=ctx.path("logs", "ftp-xfer.log"),
-                                  empty=empty))
+                                  pasv_max=PASV_PORTS[1], xferlog=ctx.path("logs", "ftp-xfer.log")))
         t.server(server, "vsftpd", [self.tool("vsftpd"), conf], PORT)
         connect_ms = t.connect_ms(client, ip(server), PORT)
         if upload:
