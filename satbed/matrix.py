@@ -330,7 +330,6 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
                 cell_cost(cfg))
 
 
-FRAME_BITS = 1500 * 8
 MATHIS_C = 3.0
 MSS_BITS = 1448 * 8
 
@@ -345,7 +344,7 @@ def expected_goodput(cfg) -> float:
     limit ends those cells). The higher C keeps the admission's cost of such
     cells from being underestimated."""
     rate = cfg.link.rate_bps or 1e9
-    per = 1 - (1 - cfg.link.a_to_b.ber) ** FRAME_BITS
+    per = cfg.link.a_to_b.per()
     goodput = 0.95 * rate * (1 - per)
     from satbed import clients
     cls = clients.REGISTRY.get(cfg.client)
