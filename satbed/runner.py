@@ -56,11 +56,16 @@ class RunConfig:
     traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
     main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
     scenario: str = ""                                              # the scenario file it came from
+    topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
 
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
+                  "topology_overrides")
 
     def validate(self) -> None:
-        topology.find(self.topology)
+        if self.topology_overrides:
+            topology.load(self.topology, self.topology_overrides)
+        else:
+            topology.find(self.topology)
         clients.get(self.client)
         peps.check(self.pep)
         for node, placement in self.peps.items():
@@ -194,7 +199,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
     out = os.path.abspath(out)
-    spec = topology.load(cfg.topology)
+    spec = topology.load(cfg.topology, cfg.topology_overrides)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
