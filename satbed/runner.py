@@ -23,6 +23,8 @@ from satbed.errors import SatbedError
 from satbed.testbed import Testbed
 
 DIRECTIONS = ("download", "upload")
+# result.json and config.json carry it; 2: routers, several links, per-node PEPs, plan/, traffic, counters.
+RESULT_FORMAT = 2
 
 
 @dataclass
@@ -54,11 +56,16 @@ class RunConfig:
     traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
     main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
     scenario: str = ""                                              # the scenario file it came from
+    topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
 
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
+                  "topology_overrides")
 
     def validate(self) -> None:
-        topology.find(self.topology)
+        if self.topology_overrides:
+            topology.load(self.topology, self.topology_overrides)
+        else:
+            topology.find(self.topology)
         clients.get(self.client)
         peps.check(self.pep)
         for node, placement in self.peps.items():
@@ -192,7 +199,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
     out = os.path.abspath(out)
-    spec = topology.load(cfg.topology)
+    spec = topology.load(cfg.topology, cfg.topology_overrides)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
@@ -200,10 +207,11 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
     run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict(),
+    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
+                                                      "topology_spec": spec.to_dict(),
                                                       "plan": the_plan.to_dict()})
 
-    result: dict = {"client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
+    result: dict = {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
                     "started": time.time(), "testbed_prefix": tb.prefix}
     env = environment.collect()
     emus: dict[str, emulation.Emulator] = {}
@@ -231,6 +239,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
             pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, run_dir, placement.options)
             pep_list.append(pep)
+            env.setdefault("peps", {})[name] = peps.describe(placement.name)
             pep.start()
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
