@@ -381,7 +381,7 @@ def estimate_seconds(cfg) -> float:
     if cfg.time_limit_s:
         transfer = min(transfer, cfg.time_limit_s)
     analysis = ANALYSIS_S_PER_MB * min(cfg.size_bytes, transfer * goodput / 8) / 1e6
-    return SETUP_S + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
+    return SETUP_S + cfg.main_delay_s + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
 
 
 def default_timeout(cfg) -> float:
@@ -423,9 +423,18 @@ def cell_cost(cfg) -> float:
     if cfg.client == "ping":
         return IDLE_CORES
     per_mbit = CORES_PER_MBIT.get(cfg.client, CORES_PER_MBIT_DEFAULT)
-    if cfg.pep != "none":
+    if cfg.pep != "none" or any(p.name != "none" for p in cfg.peps.values()):
         per_mbit += PEP_CORES_PER_MBIT
-    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6
+    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6 + background_cost(cfg)
+
+
+def background_cost(cfg) -> float:
+    """Background traffic can fill the fastest emulated link: model it as a
+    TCP transfer at that rate (unshaped links count as 100 Mbit/s)."""
+    if not cfg.traffic:
+        return 0.0
+    rates = [link.rate_bps or 100e6 for link in (cfg.link, *cfg.links.values())]
+    return CORES_PER_MBIT_DEFAULT * max(rates) / 1e6
 
 
 class CpuMeter:
