@@ -130,3 +130,22 @@ def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
     # Both links were up with their own settings.
     assert set(result["emulators"]) == {"inet", "sat"}
     assert result["emulators"]["inet"]["config"]["a_to_b"]["delay_ms"] == 5
+
+
+def test_each_emulator_gets_its_own_tc_link():
+    """The tc backend per emulator node (rate only: this kernel has no netem)."""
+    inet = LinkConfig.symmetric(rate="10mbit", backend="tc")
+    sat = LinkConfig.symmetric(rate="2mbit", ceil="3mbit", backend="tc")
+    with running(spec_with(), bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": inet, "sat": sat})
+        try:
+            assert "ttl=62" in ping(tb.host("h1"), tb.host("h5"))
+        finally:
+            stats = {e.node.name: e.stop() for e in emus}
+    assert all(s["backend"] == "tc" for s in stats.values())
+    inet_cmds = " ".join(stats["inet"]["tc_commands"])
+    sat_cmds = " ".join(stats["sat"]["tc_commands"])
+    assert "rate 10000000bit" in inet_cmds and "2000000bit" not in inet_cmds
+    assert "rate 2000000bit ceil 3000000bit" in sat_cmds
+    # Each node's own ports: a_to_b leaves by port b.
+    assert stats["sat"]["tc_commands"][0].split()[4].endswith("sab")
