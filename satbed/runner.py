@@ -20,6 +20,7 @@ from satbed.captures import Captures
 from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
+from satbed.files import write_json
 from satbed.testbed import Testbed
 
 DIRECTIONS = ("download", "upload")
@@ -102,14 +103,6 @@ class RunConfig:
             return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
         return (f"{self.client}-{self.pep}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
-
-
-def write_json(path: str, doc: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 @dataclass
