@@ -596,7 +596,7 @@ class Child:
     reason: str = ""          # timeout | interrupted
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
     if os.path.isdir(cell_dir):
@@ -607,9 +607,10 @@ def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> su
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
     log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if parallel:
-        # Cells side by side: satemu's busy-waiting would take the CPU the others need.
-        env.setdefault(SPIN_ENV, "0")
+    # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
+    # outside a matrix) would take the CPU cells side by side need, so no cell
+    # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
+    env.setdefault(SPIN_ENV, "0")
     try:
         return subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -770,7 +771,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                     cell = pending.pop(pick)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, parallel > 1), time.time(),
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(),
                                                now, now + cell.timeout_s)
                 for h, ch in list(running.items()):
                     now = time.monotonic()
@@ -876,7 +877,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend, parallel=True), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend), time.time(), now, now + cell.timeout_s)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
         """The reference's goodput, and how many cells ran beside it (sampled)."""
