@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from satbed import clients, emulation, environment, peps, topology
+from satbed import clients, emulation, environment, paths, peps, topology
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -23,6 +23,7 @@ from satbed.errors import SatbedError
 from satbed.testbed import Testbed
 
 DIRECTIONS = ("download", "upload")
+CAPTURES = ("headers", "full", "none")
 
 
 @dataclass
@@ -46,7 +47,9 @@ class RunConfig:
         peps.check(self.pep)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
+        if self.captures not in CAPTURES:
+            raise SatbedError(f"unknown captures {self.captures!r} (known: {', '.join(CAPTURES)})")
+        if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):
             raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
         self.link.validate()
 
@@ -73,7 +76,9 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     cfg.validate()
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
-    out = os.path.abspath(out)
+    out = paths.results_dir(out)
+    # The payload and the received copy sit in the run directory side by side.
+    paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
     spec = topology.load(cfg.topology)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
