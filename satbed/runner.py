@@ -10,9 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from satbed import clients, emulation, environment, paths, peps, topology
 from satbed import docker as docker_backend
@@ -20,7 +25,8 @@ from satbed.captures import Captures
 from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
-from satbed.testbed import Testbed
+from satbed.clients.transfer import keep_files_wanted
+from satbed.testbed import Testbed, remove_run_files
 
 DIRECTIONS = ("download", "upload")
 CAPTURES = ("headers", "full", "none")
@@ -86,6 +92,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
     run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
     write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict()})
 
     result: dict = {"client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
@@ -123,23 +130,30 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
-        if caps is not None:
-            result["captures"] = _safely(caps.stop, result)
-        if pep_list:
-            result["pep"] = {"name": cfg.pep, "nodes": {p.node.name: _safely(p.stop, result) for p in pep_list}}
-            result["pep"]["connections_split"] = sum(
-                n.get("connections_split", 0) for n in result["pep"]["nodes"].values() if isinstance(n, dict))
-        if emu is not None:
-            result["emulator"] = _safely(emu.stop, result)
-            env["emulator"] = {"backend": emu.backend}
-            if getattr(emu, "spin_us", None) is not None:
-                env["emulator"]["spin_us"] = emu.spin_us
-        _safely(tb.stop, result)
-        result["finished"] = time.time()
-        if failure is not None:
-            result["error"] = _describe(failure)
-        write_json(os.path.join(run_dir, "environment.json"), env)
-        write_json(os.path.join(run_dir, "result.json"), result)
+        # A second Ctrl-C must not cut the teardown short: it is noted, and
+        # the run ends as interrupted once everything is removed.
+        with shielded() as late:
+            if caps is not None:
+                result["captures"] = _safely(caps.stop, result)
+            if pep_list:
+                result["pep"] = {"name": cfg.pep, "nodes": {p.node.name: _safely(p.stop, result) for p in pep_list}}
+                result["pep"]["connections_split"] = sum(
+                    n.get("connections_split", 0) for n in result["pep"]["nodes"].values() if isinstance(n, dict))
+            if emu is not None:
+                result["emulator"] = _safely(emu.stop, result)
+                env["emulator"] = {"backend": emu.backend}
+                if getattr(emu, "spin_us", None) is not None:
+                    env["emulator"]["spin_us"] = emu.spin_us
+            _safely(tb.stop, result)
+            result["finished"] = time.time()
+            if failure is None and late:
+                failure = KeyboardInterrupt()
+            if failure is not None:
+                result["error"] = _describe(failure)
+            write_json(os.path.join(run_dir, "environment.json"), env)
+            write_json(os.path.join(run_dir, "result.json"), result)
+            if not keep_files_wanted():
+                remove_run_files(run_dir)
     if failure is not None:
         if isinstance(failure, SatbedError):
             raise SatbedError(f"{failure} (run directory: {run_dir})") from None
@@ -147,6 +161,29 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     if cfg.analyze and cfg.captures != "none":
         result = analyze(run_dir, result, graphs=cfg.graphs)
     return run_dir, result
+
+
+@contextmanager
+def shielded() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM held off for a block (the teardown): they are
+    recorded in the yielded list instead of raised. Outside the main thread
+    signals cannot be handled, and there is nothing to shield."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    caught: list[int] = []
+
+    def note(signum, frame):
+        if not caught:
+            print("satbed: tearing the testbed down; please wait", file=sys.stderr, flush=True)
+        caught.append(signum)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def vantage_points(tb: Testbed) -> dict:
