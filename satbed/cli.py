@@ -49,13 +49,38 @@ def link_from(args: argparse.Namespace):
                                 backend=args.emulator, seed=args.seed, **extra)
 
 
+# `satbed run` flags that are matrix parameters (matrix.PARAMS) of the same name, and their defaults.
+RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M", "direction": "download",
+              "rtt": "0", "ber": "0", "rate": None, "ceil": None, "queue": None, "emulator": "auto",
+              "captures": "headers", "time_limit": None, "seed": 1, "topology": "globalhawk"}
+
+
+def scenario_config(args: argparse.Namespace):
+    """A scenario's configuration, through the same path as a matrix cell;
+    flags typed beside --scenario override the file."""
+    from satbed import matrix, scenario
+    sc = scenario.load(args.scenario)
+    if args.topology != RUN_PARAMS["topology"]:
+        raise SatbedError("--scenario names its own topology; drop --topology")
+    params = {k: default for k, (_, default) in matrix.PARAMS.items()}
+    params["graphs"] = True
+    given = {k: getattr(args, k) for k, default in RUN_PARAMS.items() if getattr(args, k) != default}
+    for k, v in {**sc.params, **given}.items():
+        params[k] = matrix._normalise(k, k, v)
+    params["analyze"] = params["analyze"] and not args.no_analysis
+    return matrix.run_config(params, 0)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
-    cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
-                           link=link_from(args), size_bytes=parse_size(args.size),
-                           direction=args.direction, topology=args.topology,
-                           captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
-                           time_limit_s=args.time_limit)
+    if args.scenario:
+        cfg = scenario_config(args)
+    else:
+        cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
+                               link=link_from(args), size_bytes=parse_size(args.size),
+                               direction=args.direction, topology=args.topology,
+                               captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
+                               time_limit_s=args.time_limit)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
@@ -187,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
     r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
     r.add_argument("--topology", default="globalhawk")
+    r.add_argument("--scenario", metavar="NAME", help="a scenario (scenarios/NAME.yaml or a path): topology, "
+                                                      "links, PEPs, TCP profiles, workload; flags given beside it override it")
     r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
                    help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")

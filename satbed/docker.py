@@ -51,6 +51,13 @@ DEBIAN_SOURCES = "/etc/apt/sources.list.d/debian.sources"
 # Capabilities beyond Docker's default set (which already has CHOWN, SETUID,
 # SETGID, SYS_CHROOT, NET_BIND_SERVICE, KILL... for sshd and vsftpd).
 CAPS = ("NET_ADMIN", "NET_RAW")
+# Host devices a PEP container gets where the host has them: the SCPS
+# gateway's TAP build opens /dev/net/tun.
+PEP_DEVICES = ("/dev/net/tun",)
+
+
+def pep_device_args() -> list[str]:
+    return [a for d in PEP_DEVICES if os.path.exists(d) for a in ("--device", d)]
 
 
 @dataclass(frozen=True)
@@ -365,9 +372,10 @@ class Options:
     mounts: tuple[str, ...] = ()
     record: records.RunRecord | None = None
 
-    def image_for(self, role: str) -> str:
-        default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base"}
-        return self.images.get(role) or default.get(role, "base")
+    def image_for(self, role: str, node: str = "") -> str:
+        """A node's own image (a PEP node runs its PEP's), else its role's."""
+        default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base", "router": "base"}
+        return self.images.get(f"node:{node}") or self.images.get(role) or default.get(role, "base")
 
 
 # Context-local (like decimal's context): set around Testbed.start() by the
@@ -377,8 +385,10 @@ _OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_docke
 
 @contextlib.contextmanager
 def options(pep: str | None = None, run_dir: str | None = None,
-            record: records.RunRecord | None = None, mounts: tuple[str, ...] = ()) -> Iterator[Options]:
+            record: records.RunRecord | None = None, mounts: tuple[str, ...] = (),
+            pep_nodes: dict[str, str] | None = None) -> Iterator[Options]:
     images = {"pep": f"pep-{pep}"} if pep else {}
+    images.update({f"node:{n}": f"pep-{p}" for n, p in (pep_nodes or {}).items()})
     all_mounts = tuple(os.path.abspath(m) for m in ((run_dir,) if run_dir else ()) + tuple(mounts))
     token = _OPTIONS.set(Options(images, all_mounts, record))
     try:
@@ -387,12 +397,13 @@ def options(pep: str | None = None, run_dir: str | None = None,
         _OPTIONS.reset(token)
 
 
-def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str):
+def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str,
+            pep_nodes: dict[str, str] | None = None):
     """The runner's hook: the Docker options for a run, or nothing for
-    other backends."""
+    other backends. pep_nodes: PEP node -> the PEP it runs."""
     if backend != "docker":
         return contextlib.nullcontext()
-    return options(pep=pep, run_dir=run_dir, record=record)
+    return options(pep=pep, run_dir=run_dir, record=record, pep_nodes=pep_nodes)
 
 
 def extra_mounts() -> list[str]:
@@ -407,8 +418,8 @@ class DockerSandbox(Sandbox):
     def __init__(self, full_name: str, role: str):
         opts = _OPTIONS.get()
         self.name = full_name
-        self.image = current_tag(opts.image_for(role))
         prefix, _, node = full_name.partition("-")
+        self.image = current_tag(opts.image_for(role, node))
         if opts.record is not None:
             # Recorded before it exists, so a run killed mid-start is cleaned too.
             opts.record.containers.append(full_name)
@@ -420,6 +431,8 @@ class DockerSandbox(Sandbox):
                 "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.owner={os.getpid()}"]
         for cap in CAPS:
             args += ["--cap-add", cap]
+        if role == "pep":
+            args += pep_device_args()
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
         for m in sorted(set(opts.mounts) | set(extra_mounts())):
             os.makedirs(m, exist_ok=True)

@@ -139,6 +139,13 @@ def _link(v) -> dict:
     return dict(v)
 
 
+def _scenario(v) -> str | None:
+    if v is None:
+        return None
+    from satbed import scenario
+    return scenario.find(str(v))
+
+
 # parameter -> (normaliser, default)
 PARAMS = {
     "client": (_client, "ping"),
@@ -159,6 +166,7 @@ PARAMS = {
     "time_limit": (_time_limit, None),
     "seed": (_seed, 1),
     "link": (_link, None),
+    "scenario": (_scenario, None),
 }
 
 
@@ -196,6 +204,16 @@ def human_size(n: int) -> str:
 def load(path: str, backend: str = "mininet", repetitions: int | None = None) -> Experiment:
     """Read and validate an experiment file; every error is one line naming the file."""
     doc = yamlfile.load(path, "experiment file")
+    from satbed import scenario
+    if scenario.is_scenario(doc):
+        try:
+            sc = scenario.load(path)
+        except SatbedError as e:
+            raise SatbedError(str(e)) from None
+        # The sweep's axes vary what the scenario fixes for a single run.
+        axes = sc.matrix.get("axes") or {}
+        fixed = {k: v for k, v in sc.params.items() if not isinstance(axes, dict) or k not in axes}
+        doc = {"name": sc.name, "description": sc.description, "fixed": fixed, **sc.matrix}
     try:
         if repetitions is not None:
             if repetitions < 1:
@@ -280,20 +298,21 @@ def run_config(params: dict, repetition: int):
     if params["link"]:
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
+    extra = {}
+    if params.get("scenario"):
+        from satbed import scenario
+        extra = scenario.extras(scenario.read(params["scenario"]), params["scenario"], seed)
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
-                    graphs=params["graphs"], time_limit_s=params["time_limit"])
+                    graphs=params["graphs"], time_limit_s=params["time_limit"], **extra)
     cfg.validate()
     return cfg
 
 
 def config_from_dict(doc: dict):
-    from satbed.emulation import LinkConfig
     from satbed.runner import RunConfig
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    kw = {k: v for k, v in doc.items() if k in known and k != "link"}
-    return RunConfig(link=LinkConfig.from_dict(doc["link"]), **kw)
+    return RunConfig.from_dict(doc)
 
 
 def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: float | None = None) -> Cell:
