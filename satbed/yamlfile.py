@@ -27,20 +27,20 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def load(path: str, what: str = "file"):
-    """The document in a YAML file, or one SatbedError line naming the file."""
+    """The document in a YAML file, or one SatbedError line beginning with its path."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except IsADirectoryError:
-        raise SatbedError(f"{what} {path} is a directory") from None
+        raise SatbedError(f"{path}: a directory, not a {what}") from None
     except OSError as e:
-        raise SatbedError(f"cannot read {what} {path}: {e.strerror}") from None
+        raise SatbedError(f"{path}: cannot read the {what}: {e.strerror}") from None
     if len(raw) > MAX_BYTES:
-        raise SatbedError(f"{what} {path} is larger than {MAX_BYTES >> 20} MiB")
+        raise SatbedError(f"{path}: a {what} larger than {MAX_BYTES >> 20} MiB")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise SatbedError(f"{what} {path} is not UTF-8 text (byte {e.start})") from None
+        raise SatbedError(f"{path}: a {what} must be UTF-8 text (bad byte at offset {e.start})") from None
     try:
         loader = _BoundedLoader(text)
         try:
@@ -48,8 +48,8 @@ def load(path: str, what: str = "file"):
         finally:
             loader.dispose()
     except SatbedError as e:
-        raise SatbedError(f"{what} {path}: {e}") from None
+        raise SatbedError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"{what} {path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}") from None
+        raise SatbedError(f"{path}:{where} not valid YAML ({what}): {getattr(e, 'problem', None) or e}") from None
