@@ -29,6 +29,7 @@ from satbed.net import Host
 from satbed.probe import HEADERS
 from satbed.proc import REPO_ROOT
 from satbed.testbed import Testbed
+from satbed.units import frame_error_rate
 
 NUTTCP_PAYLOAD = 1472          # a full 1500-byte IP packet
 FRAME_SIZES = (64, 576, 1514)
@@ -97,7 +98,7 @@ def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber
             receiver.kill()
             receiver.wait()
     got = json.loads(out.strip().splitlines()[-1])
-    expected = 1 - (1 - ber) ** (8 * frame)
+    expected = frame_error_rate(ber, frame)
     lost = count - got["received"]
     lo, hi = binomial_acceptance(count, expected)
     return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": lost / count,

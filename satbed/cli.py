@@ -56,6 +56,7 @@ RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M",
 
 
 def scenario_config(args: argparse.Namespace):
+    import yaml
     """A scenario's configuration, through the same path as a matrix cell;
     flags typed beside --scenario override the file."""
     from satbed import matrix, scenario
@@ -64,7 +65,15 @@ def scenario_config(args: argparse.Namespace):
         raise SatbedError("--scenario names its own topology; drop --topology")
     params = {k: default for k, (_, default) in matrix.PARAMS.items()}
     params["graphs"] = True
-    given = {k: getattr(args, k) for k, default in RUN_PARAMS.items() if getattr(args, k) != default}
+    given = {k: getattr(args, k) for k in RUN_PARAMS if k in args.typed}
+    for item in args.set or []:
+        path, eq, text = item.partition("=")
+        if not eq or "." not in path:
+            raise SatbedError(f"--set {item!r}: give PATH=VALUE, e.g. links.sat.ber=1e-5")
+        try:
+            given[path] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SatbedError(f"--set {item!r}: the value is not valid YAML") from None
     for k, v in {**sc.params, **given}.items():
         params[k] = matrix._normalise(k, k, v)
     params["analyze"] = params["analyze"] and not args.no_analysis
@@ -75,6 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
     if args.scenario:
         cfg = scenario_config(args)
+    elif args.set:
+        raise SatbedError("--set changes a scenario: give --scenario too")
     else:
         cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
                                link=link_from(args), size_bytes=parse_size(args.size),
@@ -214,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--topology", default="globalhawk")
     r.add_argument("--scenario", metavar="NAME", help="a scenario (scenarios/NAME.yaml or a path): topology, "
                                                       "links, PEPs, TCP profiles, workload; flags given beside it override it")
+    r.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="with --scenario: change one value of the file, e.g. links.sat.ber=1e-5, "
+                        "workload.traffic.groups.0.concurrent=50, topology.routers.r1.interfaces.wan.queue=20")
     r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
                    help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
@@ -224,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="testbed backend: namespaces (mininet) or containers (docker; `make images` first)")
     link_args(r)
     r.set_defaults(fn=cmd_run)
+    p.run_parser = r
 
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
@@ -265,7 +280,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.typed = set()
+    if args.command == "run":
+        # Which options were typed (a scenario's values give way only to those):
+        # argparse fills a default only where the namespace has no value yet.
+        words = list(sys.argv[1:] if argv is None else argv)
+        unset = object()
+        probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
+        parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
+        args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
     try:
         if getattr(args, "needs_root", True):
             from satbed.proc import require_root

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from satbed.errors import SatbedError
 from satbed.net import TransparentNode
 from satbed.proc import our_binary
-from satbed.units import parse_ber, parse_delay_ms, parse_rate
+from satbed.units import frame_error_rate, parse_ber, parse_delay_ms, parse_rate
 
 BACKENDS = ("auto", "userspace", "tc", "bridge")
 MTU_FRAME = 1514            # bytes HTB charges for a full 1500-byte packet (Ethernet header, no FCS)
@@ -76,7 +76,7 @@ class Direction:
 
     def per(self, frame_bytes: int = MTU_FRAME) -> float:
         """Frame error rate of this direction's BER for a frame size."""
-        return 1 - (1 - self.ber) ** (8 * frame_bytes)
+        return frame_error_rate(self.ber, frame_bytes)
 
     def needs_emulation(self) -> bool:
         return bool(self.delay_ms or self.ber or self.gilbert_elliott or self.outage or self.profile)

@@ -182,8 +182,9 @@ class Cell:
 
     def label(self) -> str:
         p = self.params
+        paths = "".join(f" {k}={v}" for k, v in sorted(p.items()) if "." in k)
         return (f"{p['client']}/{p['pep']} rtt={p['rtt']:g} ber={p['ber']:g} "
-                f"size={human_size(p['size'])} #{self.repetition}")
+                f"size={human_size(p['size'])}{paths} #{self.repetition}")
 
 
 @dataclass
@@ -277,6 +278,13 @@ def _build(doc, path: str, backend: str) -> Experiment:
 
 
 def _normalise(where: str, key: str, value):
+    if "." in key:
+        from satbed import scenario
+        try:
+            scenario.check_path(key)
+        except SatbedError as e:
+            raise SatbedError(f"{where}: {e}") from None
+        return value
     if key not in PARAMS:
         raise SatbedError(f"{where}: unknown parameter (known: {', '.join(PARAMS)})")
     try:
@@ -299,9 +307,18 @@ def run_config(params: dict, repetition: int):
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
     extra = {}
+    paths = {k: v for k, v in params.items() if "." in k}
     if params.get("scenario"):
         from satbed import scenario
-        extra = scenario.extras(scenario.read(params["scenario"]), params["scenario"], seed)
+        doc = scenario.read(params["scenario"])
+        scen_paths, topo_paths = scenario.split_overrides(paths)
+        for k, v in scen_paths.items():
+            doc = scenario.set_path(doc, k, v)
+        extra = scenario.extras(doc, params["scenario"], seed)
+        if topo_paths:
+            extra["topology_overrides"] = topo_paths
+    elif paths:
+        raise SatbedError(f"{next(iter(paths))}: dotted paths need a scenario file")
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
@@ -328,7 +345,6 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
                 cell_cost(cfg))
 
 
-FRAME_BITS = 1500 * 8
 MATHIS_C = 3.0
 MSS_BITS = 1448 * 8
 
@@ -343,7 +359,7 @@ def expected_goodput(cfg) -> float:
     limit ends those cells). The higher C keeps the admission's cost of such
     cells from being underestimated."""
     rate = cfg.link.rate_bps or 1e9
-    per = 1 - (1 - cfg.link.a_to_b.ber) ** FRAME_BITS
+    per = cfg.link.a_to_b.per()
     goodput = 0.95 * rate * (1 - per)
     from satbed import clients
     cls = clients.REGISTRY.get(cfg.client)

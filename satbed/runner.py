@@ -30,6 +30,8 @@ from satbed.testbed import Testbed, remove_run_files
 
 DIRECTIONS = ("download", "upload")
 CAPTURES = ("headers", "full", "none")
+# result.json and config.json carry it; 2: routers, several links, per-node PEPs, plan/, traffic, counters.
+RESULT_FORMAT = 2
 
 
 @dataclass
@@ -61,11 +63,16 @@ class RunConfig:
     traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
     main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
     scenario: str = ""                                              # the scenario file it came from
+    topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
 
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
+                  "topology_overrides")
 
     def validate(self) -> None:
-        topology.find(self.topology)
+        if self.topology_overrides:
+            topology.load(self.topology, self.topology_overrides)
+        else:
+            topology.find(self.topology)
         clients.get(self.client)
         peps.check(self.pep)
         for node, placement in self.peps.items():
@@ -203,7 +210,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     out = paths.results_dir(out)
     # The payload and the received copy sit in the run directory side by side.
     paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
-    spec = topology.load(cfg.topology)
+    spec = topology.load(cfg.topology, cfg.topology_overrides)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
@@ -212,10 +219,11 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
-    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict(),
+    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
+                                                      "topology_spec": spec.to_dict(),
                                                       "plan": the_plan.to_dict()})
 
-    result: dict = {"client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
+    result: dict = {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
                     "started": time.time(), "testbed_prefix": tb.prefix}
     env = environment.collect()
     emus: dict[str, emulation.Emulator] = {}
@@ -243,6 +251,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
             pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, run_dir, placement.options)
             pep_list.append(pep)
+            env.setdefault("peps", {})[name] = peps.describe(placement.name)
             pep.start()
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)

@@ -132,6 +132,54 @@ def parse(doc: dict, path: str) -> Scenario:
     return sc
 
 
+# Where a dotted path may point: what a sweep (matrix axes) or `satbed run --set`
+# changes beyond the matrix parameters.
+PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "topology")
+
+
+def check_path(path: str) -> str:
+    if not any(path == r or path.startswith(r + ".") for r in PATH_ROOTS) or ".." in path or path.endswith("."):
+        raise SatbedError(f"{path!r}: a dotted path into the scenario starts with "
+                          f"{', '.join(r + '.' for r in PATH_ROOTS)} (e.g. links.sat.ber, "
+                          f"workload.traffic.groups.0.concurrent, topology.routers.r1.interfaces.wan.queue)")
+    return path
+
+
+def set_path(doc: dict, path: str, value, where: str = "") -> dict:
+    """A copy of doc with the value at a dotted path (list items by index;
+    missing mappings are made)."""
+    import copy
+    out = copy.deepcopy(doc)
+    node = out
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise SatbedError(f"{where or path}: no item {part} in {'.'.join(parts[:i]) or 'the file'}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise SatbedError(f"{where or path}: {'.'.join(parts[:i])} is not a mapping or a list")
+    return out
+
+
+def split_overrides(overrides: dict) -> tuple[dict, dict]:
+    """(scenario paths, topology paths without their `topology.` prefix)."""
+    scen = {k: v for k, v in overrides.items() if not k.startswith("topology.")}
+    topo = {k[len("topology."):]: v for k, v in overrides.items() if k.startswith("topology.")}
+    return scen, topo
+
+
 def topology_doc(path: str) -> dict | None:
     """The inline topology of a scenario file, if it has one."""
     doc = read(path)

@@ -228,11 +228,19 @@ def find(name_or_path: str) -> str:
     return path
 
 
-def load(name_or_path: str) -> TopologySpec:
+def load(name_or_path: str, overrides: dict | None = None) -> TopologySpec:
+    """A topology file (or a scenario's inline topology), with dotted-path
+    overrides (routers.r1.interfaces.wan.queue: 20) applied before parsing."""
     path = find(name_or_path)
     doc = yamlfile.load(path, "topology")
     if isinstance(doc, dict) and isinstance(doc.get("topology"), dict):
         doc = doc["topology"]       # a scenario file with its topology inline
+    if overrides:
+        from satbed.scenario import set_path
+        if not isinstance(doc, dict):
+            raise SatbedError(f"topology {path}: top level must be a mapping")
+        for key, value in overrides.items():
+            doc = set_path(doc, key, value, f"topology.{key}")
     return parse(doc, source=path)
 
 

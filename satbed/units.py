@@ -71,6 +71,12 @@ def parse_ber(text: str | int | float) -> float:
     return value
 
 
+def frame_error_rate(ber: float, frame_bytes: int) -> float:
+    """The share of frames of this size that independent bit errors at this
+    BER damage: the one PER formula (emulators, link checks, cost model)."""
+    return 1 - (1 - ber) ** (8 * frame_bytes)
+
+
 def human_bps(bps: float) -> str:
     for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= div:
