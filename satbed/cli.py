@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 
@@ -35,14 +36,14 @@ def _seconds(v: str) -> float:
         s = float(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not s > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {v!r}")
+    if not 0 < s < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {v!r}")
     return s
 
 
 def link_from(args: argparse.Namespace):
     from satbed.emulation import LinkConfig
-    extra = {"queue_packets": args.queue} if args.queue else {}
+    extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
 
@@ -198,10 +199,17 @@ def cmd_pep_check(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="satbed", description="network-emulation testbed for satellite links")
+    p = Parser(prog="satbed", description="network-emulation testbed for satellite links")
     p.add_argument("--version", action="version", version=f"satbed {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     r = sub.add_parser("run", help="one experiment on a fresh testbed")
     r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
@@ -215,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="PATH=VALUE",
                    help="with --scenario: change one value of the file, e.g. links.sat.ber=1e-5, "
                         "workload.traffic.groups.0.concurrent=50, topology.routers.r1.interfaces.wan.queue=20")
-    r.add_argument("--captures", default="headers", help="headers (default), full or none")
+    r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
+                   help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
     r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
                    help="stop a transfer still running after S seconds and measure what it delivered")
