@@ -1,11 +1,15 @@
 """PEPs plug in through one executable contract (pep/CONTRACT.md): an adapter
 pep/adapters/<name> run inside the PEP node as `start|stop|health|stats`, with
-the link parameters in its environment. The registry is that directory."""
+the link parameters in its environment. The registry is that directory.
+
+On the Docker backend a PEP may also be named by image (lab/pep:1): any image
+meeting the image contract, driven through its own ENTRYPOINT verbs."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
@@ -23,10 +27,31 @@ def names() -> list[str]:
                   and os.path.isfile(os.path.join(ADAPTER_DIR, f)))
 
 
+def is_image(name: str) -> bool:
+    """A PEP named by image reference (it has a / : or @) rather than adapter."""
+    return any(c in name for c in "/:@")
+
+
 def check(name: str) -> str:
+    """The adapter of a PEP name; an image reference is checked by the Docker
+    backend when it creates the PEP node."""
+    if is_image(name):
+        return name
     if name not in names():
-        raise SatbedError(f"unknown PEP {name!r} (known: {', '.join(names())})")
+        raise SatbedError(f"unknown PEP {name!r} (known: {', '.join(names())}, "
+                          "or an image reference with --backend docker)")
     return os.path.join(ADAPTER_DIR, name)
+
+
+def check_backend(name: str, backend: str) -> None:
+    if is_image(name) and backend != "docker":
+        raise SatbedError(f"PEP image {name} needs --backend docker (namespace nodes take an adapter name: "
+                          f"{', '.join(names())})")
+
+
+def slug(name: str) -> str:
+    """A PEP name fit for a directory name (an image reference has / and :)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 class Pep:
@@ -35,7 +60,10 @@ class Pep:
     def __init__(self, name: str, node: TransparentNode, role: str, link: LinkConfig,
                  run_dir: str, options: str = ""):
         self.name, self.node, self.role = name, node, role
-        self.adapter = check(name)
+        # A container node runs the image's own verbs; a namespace node the
+        # repository's adapter.
+        image_verbs = getattr(node.sandbox, "pep_entrypoint", None)
+        self.command = list(image_verbs) if image_verbs else [check(name)]
         self.state_dir = os.path.join(run_dir, "pep", node.name)
         os.makedirs(self.state_dir, exist_ok=True)
         lan, wan = node.ports
@@ -54,10 +82,13 @@ class Pep:
             "SATBED_BIN_DIR": BIN_DIR,
             "SATBED_PEP_ROLE": role,
         }
+        if image_verbs:
+            # The image's own PATH and binaries, as its defaults say.
+            del self.env["SATBED_BIN_DIR"], self.env["PATH"]
         self.started = False
 
     def _call(self, verb: str, timeout: float = 30, check: bool = True):
-        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), self.adapter, verb],
+        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), *self.command, verb],
                            timeout=timeout, check=False)
         if check and cp.returncode != 0:
             raise SatbedError(f"PEP {self.name} on {self.node.name}: {verb} failed: "

@@ -54,7 +54,7 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def slug(self) -> str:
-        return (f"{self.client}-{self.pep}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
+        return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
 
 
@@ -71,6 +71,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
+    peps.check_backend(cfg.pep, backend)
     spec = topology.load(cfg.topology)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
