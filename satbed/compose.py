@@ -86,6 +86,11 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def host_mac(ip) -> str:
+    """A locally administered MAC made from an end host's IPv4 address."""
+    return "02:5a:" + ":".join(f"{b:02x}" for b in ip.ip.packed)
+
+
 def project_name(given: str | None) -> str:
     name = given or os.environ.get("COMPOSE_PROJECT_NAME") or "satbed"
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name):
@@ -196,8 +201,12 @@ class Standing:
             for pid, dev, end in ((a.pid, ls.a.port, ea), (b.pid, ls.b.port, eb)):
                 if end:
                     self._ns(pid, "ip", "link", "del", "dev", dev, check=False)
-            proc_run(["ip", "link", "add", "name", ls.a.port, "netns", str(a.pid), "type", "veth",
-                      "peer", "name", ls.b.port, "netns", str(b.pid)])
+            # An end host keeps its MAC address across rewiring, so no
+            # neighbour cache in the chain goes stale when a PEP is swapped.
+            mac_a, mac_b = (["address", host_mac(self.spec.hosts[e.node].ip)] if e.node in self.spec.hosts else []
+                            for e in (ls.a, ls.b))
+            proc_run(["ip", "link", "add", "name", ls.a.port, "netns", str(a.pid), *mac_a, "type", "veth",
+                      "peer", "name", ls.b.port, "netns", str(b.pid), *mac_b])
             for pid, dev, node in ((a.pid, ls.a.port, ls.a.node), (b.pid, ls.b.port, ls.b.node)):
                 self._ns(pid, "ip", "link", "set", "dev", dev, "mtu", str(self.spec.mtu))
                 self._ns(pid, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off")
@@ -285,7 +294,11 @@ class Standing:
                 raise SatbedError(f"clientB: check server did not start: {last_line(server.stderr.read())}")
             cp = docker.docker("exec", ca.id, "python3", "-c", CLIENT, target, str(CHECK_PORT), str(CHECK_BYTES),
                                check=False, timeout=120)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise SatbedError(f"TCP through the chain failed: {last_line(cp.stderr or cp.stdout) or 'no reply'}"
+                                  ) from None
         finally:
             if server.poll() is None:
                 server.kill()
@@ -545,10 +558,12 @@ def build_parser(sub) -> None:
     up.add_argument("--pep-b", help="PEP image for pepB only")
     up.add_argument("--pep-options", default=None, help="key=value options for the PEPs")
     link_opts(up, live=False)
+    up.add_argument("--json", action="store_true", help="print the result as JSON")
     sw = cs.add_parser("swap", help="replace the PEP image on one or both PEP nodes; hosts and emulator stay up")
     sw.add_argument("image", help="PEP image (satbed/pep-none:latest, lab/pep:1) or adapter name (pepd, none)")
     sw.add_argument("--side", choices=("a", "b", "both"), default="both")
     sw.add_argument("--pep-options", default="", help="key=value options for the new PEP (default none)")
+    sw.add_argument("--json", action="store_true", help="print the result as JSON")
     st = cs.add_parser("status", help="images, wiring, link settings, PEP stats")
     st.add_argument("--json", action="store_true")
     lk = cs.add_parser("link", help="change the link live through the emulator's control socket")
@@ -565,13 +580,21 @@ def main(args: argparse.Namespace) -> int:
             raise SatbedError("give --pep, or --pep-a/--pep-b, not both")
         started = time.monotonic()
         res = bed.up(args.pep_a or args.pep, args.pep_b or args.pep, args.pep_options, _compose_link_vars(args))
-        print_settled(res)
-        print(f"up in {time.monotonic() - started:.0f} s (project {bed.project})")
+        res["seconds"] = round(time.monotonic() - started, 1)
+        if args.json:
+            print(json.dumps(res, sort_keys=True))
+        else:
+            print_settled(res)
+            print(f"up in {res['seconds']:.0f} s (project {bed.project})")
     elif args.action == "swap":
         started = time.monotonic()
         res = bed.swap(args.image, args.side, args.pep_options)
-        print_settled(res)
-        print(f"swapped in {time.monotonic() - started:.0f} s")
+        res["seconds"] = round(time.monotonic() - started, 1)
+        if args.json:
+            print(json.dumps(res, sort_keys=True))
+        else:
+            print_settled(res)
+            print(f"swapped in {res['seconds']:.0f} s")
     elif args.action == "status":
         st = bed.status()
         if args.json:
