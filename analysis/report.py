@@ -223,6 +223,15 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
     return "\n".join(parts)
 
 
+def _testbed_sections(run: Path) -> list[str]:
+    """Background traffic and router counters, where the run has them."""
+    try:
+        from satbed import counters, traffic
+    except ImportError:     # analysis used without satbed beside it
+        return []
+    return [s for s in (traffic.report_section(str(run)), counters.report_section(str(run))) if s]
+
+
 def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
     """Write RUN/report.html and return its path."""
     run = Path(run_dir)
@@ -251,6 +260,7 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
         "one carrying the most data. Throughput in bits per second.</p>",
     ]
     sections += [_vantage_section(run, v, analysis[v], window) for v in order]
+    sections += _testbed_sections(run)
     title = f"satbed run {run.resolve().name}"
     doc = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n"

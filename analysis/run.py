@@ -213,10 +213,13 @@ def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any
     B), from the capture. A split PEP answers the SYN from the LAN, so with one
     this is LAN-short; end to end it is one satellite RTT."""
     config, _ = load_json(run / "config.json")
-    hosts = list(((config or {}).get("topology_spec") or {}).get("hosts", {}).values())
-    if len(hosts) < 2:
+    hosts = ((config or {}).get("topology_spec") or {}).get("hosts", {})
+    plan = (config or {}).get("plan") or {}
+    # The main flow's hosts as the runner resolved them (older runs: the chain's ends).
+    ends = [plan.get("a"), plan.get("b")] if plan.get("a") else [*list(hosts)[:1], *list(hosts)[-1:]]
+    if len(ends) < 2 or not all(e in hosts for e in ends):
         return None
-    port_of = {"lan_a": hosts[0].get("ip", ""), "lan_b": hosts[-1].get("ip", "")}
+    port_of = {"lan_a": hosts[ends[0]].get("ip", ""), "lan_b": hosts[ends[1]].get("ip", "")}
     for vantage, cidr in port_of.items():
         main = (analysis.get(vantage) or {}).get("main")
         if not main or not cidr:

@@ -22,6 +22,7 @@ import io
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -231,12 +232,53 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
         out.append({"client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
+                    "failed": sum(r.status not in MEASURED for r in rs),
                     "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
                         r.seconds for r in rs) else None})
     out.sort(key=lambda d: (PROTOCOL_ORDER.index(d["client"]) if d["client"] in PROTOCOL_ORDER else 99,
                             d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"]))
     return out
+
+
+def failure_reasons(rows: list[CellRow]) -> list[tuple[str, int]]:
+    """The reasons cells failed, most common first: errors differ only by
+    their cell's paths and numbers, so those are masked before counting."""
+    reasons = Counter(_reason(r) for r in rows if r.status not in MEASURED)
+    return reasons.most_common()
+
+
+def _reason(r: CellRow) -> str:
+    text = (r.error or r.status).strip().splitlines()[0] if (r.error or r.status).strip() else r.status
+    text = re.sub(r"\s*\(run directory: [^)]*\)", "", text)
+    text = re.sub(r"(/[^\s:'\"]*)?/cells/[0-9a-f]{6,}", "CELL", text)
+    text = re.sub(r"\b[0-9a-f]{16,}\b", "…", text)
+    return f"{r.status}: {text}" if not text.startswith(r.status) else text
+
+
+def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
+    """What a person reads in the terminal when a matrix ends: per
+    configuration ok/limited/failed and goodput, then the failure reasons."""
+    table = summary_table(rows)
+    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>7}  {'ok':>3}{'lim':>4}{'fail':>5}"
+             f"{'goodput Mbit/s':>16}"]
+    for d in table:
+        good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
+        if d["ci95_bps"] and d["ok"] > 1:
+            good += f" ±{d['ci95_bps'] / 1e6:.3f}"
+        lines.append(f"{d['client'][:10]:<11}{d['pep'][:7]:<8}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
+                     f"{_human_size(d['size']):>7}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
+                     f"{good:>16}")
+    status = Counter(r.status for r in rows)
+    lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
+    reasons = failure_reasons(rows)
+    if reasons:
+        lines.append("failures, most common first:")
+        for text, n in reasons[:5]:
+            lines.append(f"  {n:>3} x {text[:width]}")
+        if len(reasons) > 5:
+            lines.append(f"  ... {len(reasons) - 5} other reasons (results.csv, report.html)")
+    return "\n".join(lines)
 
 
 def _mean_metric(rs: list[CellRow], key: str) -> float | None:
@@ -414,6 +456,12 @@ def build(out: str) -> str:
              f". Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} from "
              f"<code>results.sqlite</code> and the cell directories. "
              f"<a href='results.csv'>results.csv</a></p>"]
+    reasons = failure_reasons(rows)
+    if reasons:
+        # Beside the charts, not only in the cells table: a cross at 0 needs its why.
+        parts.append("<h2>Failures</h2><p class='failed'>" +
+                     f"{sum(n for _, n in reasons)} cells did not measure; their reasons, most common first:</p>" +
+                     _table(["cells", "reason"], [[str(n), text] for text, n in reasons]))
     parts.append("<h2>Charts</h2>")
     for c in charts:
         parts.append(f"<div class='chart' id='{c['name']}'><img alt='{c['name']}' "

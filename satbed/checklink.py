@@ -116,8 +116,10 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
         scratch = tempfile.mkdtemp(prefix="satbed-checklink-")
         emu = emulation.make(node, link, scratch)
         emu.start()
-        hosts = list(tb.hosts.values())
-        a, b = hosts[0], hosts[-1]
+        ground, aircraft = spec.host_with_role("ground"), spec.host_with_role("aircraft")
+        if ground is None or aircraft is None:
+            raise SatbedError(f"topology {spec.name}: check-link needs one host role: ground and one role: aircraft")
+        a, b = tb.host(ground.name), tb.host(aircraft.name)
         rate = link.rate_bps
         out: dict = {"configured": {"rate_bps": rate, "rtt_ms": link.rtt_ms, "ber": link.a_to_b.ber},
                      "emulator": emu.backend}

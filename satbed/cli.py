@@ -48,13 +48,38 @@ def link_from(args: argparse.Namespace):
                                 backend=args.emulator, seed=args.seed, **extra)
 
 
+# `satbed run` flags that are matrix parameters (matrix.PARAMS) of the same name, and their defaults.
+RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M", "direction": "download",
+              "rtt": "0", "ber": "0", "rate": None, "ceil": None, "queue": None, "emulator": "auto",
+              "captures": "headers", "time_limit": None, "seed": 1, "topology": "globalhawk"}
+
+
+def scenario_config(args: argparse.Namespace):
+    """A scenario's configuration, through the same path as a matrix cell;
+    flags typed beside --scenario override the file."""
+    from satbed import matrix, scenario
+    sc = scenario.load(args.scenario)
+    if args.topology != RUN_PARAMS["topology"]:
+        raise SatbedError("--scenario names its own topology; drop --topology")
+    params = {k: default for k, (_, default) in matrix.PARAMS.items()}
+    params["graphs"] = True
+    given = {k: getattr(args, k) for k, default in RUN_PARAMS.items() if getattr(args, k) != default}
+    for k, v in {**sc.params, **given}.items():
+        params[k] = matrix._normalise(k, k, v)
+    params["analyze"] = params["analyze"] and not args.no_analysis
+    return matrix.run_config(params, 0)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
-    cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
-                           link=link_from(args), size_bytes=parse_size(args.size),
-                           direction=args.direction, topology=args.topology,
-                           captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
-                           time_limit_s=args.time_limit)
+    if args.scenario:
+        cfg = scenario_config(args)
+    else:
+        cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
+                               link=link_from(args), size_bytes=parse_size(args.size),
+                               direction=args.direction, topology=args.topology,
+                               captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
+                               time_limit_s=args.time_limit)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
@@ -133,9 +158,18 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print("satbed: interrupted; running cells stopped, testbeds removed; run again to resume",
               file=sys.stderr)
         return 130
+    rows = matrix.rows_of(exp, args.out)
+    from satbed import charts
+    print(charts.terminal_summary(rows), file=sys.stderr)
     print(json.dumps(counts, sort_keys=True))
-    # A stalled transfer at BER 1e-5 is a result, not a broken run: only --strict fails on it.
-    return 1 if args.strict and counts.get("failed", 0) + counts.get("timeout", 0) else 0
+    # limited is a measurement (what arrived within the time limit); failed,
+    # timed-out or interrupted cells are not, whichever run of the matrix left them.
+    bad = [r for r in rows if r.status not in ("ok", "limited")]
+    if bad:
+        print(f"satbed: {len(bad)} of {len(rows)} cells did not measure (see above; "
+              f"`satbed matrix {args.file} --out {args.out} --retry` reruns them)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -185,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
     r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
     r.add_argument("--topology", default="globalhawk")
+    r.add_argument("--scenario", metavar="NAME", help="a scenario (scenarios/NAME.yaml or a path): topology, "
+                                                      "links, PEPs, TCP profiles, workload; flags given beside it override it")
     r.add_argument("--captures", default="headers", help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
     r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
@@ -219,7 +255,6 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
     m.add_argument("--repetitions", type=int, default=None, metavar="N",
                    help="runs per combination, overriding the file's repetitions:")
-    m.add_argument("--strict", action="store_true", help="exit 1 when any cell failed or timed out")
     m.add_argument("--fidelity", action="store_true",
                    help="benchmark: the first cell alone vs beside the other cells the matrix would run with it")
     m.add_argument("--estimate", nargs="+", metavar="DB",

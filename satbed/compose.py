@@ -46,6 +46,7 @@ SIDES = {"a": "pepA", "b": "pepB"}
 CHECK_PORT = 5299
 CHECK_BYTES = 256 << 10
 READY_S = 90
+STATS_SETTLE_S = 3
 
 # One-shot TCP check: Client B receives and answers with the count and
 # sha256; Client A sends seeded bytes and prints both.
@@ -306,9 +307,17 @@ class Standing:
         fields = cp.stdout.split()
         if not (len(fields) == 4 and fields[0] == fields[2] and fields[1] == fields[3]):
             raise SatbedError(f"TCP through the chain failed: {last_line(cp.stderr or cp.stdout) or 'no reply'}")
-        after = {n: self.pep_stats(svcs[n]).get("connections_split", 0) for n in peps}
-        split = {n: after[n] - before[n] if isinstance(after[n], int) and isinstance(before[n], int) else None
-                 for n in peps}
+        # PEPs may refresh their counters periodically (pepd: every second):
+        # wait a little for a splitting PEP that shows no split yet.
+        deadline = time.monotonic() + STATS_SETTLE_S
+        while True:
+            now = {n: self.pep_stats(svcs[n]) for n in peps}
+            split = {n: now[n]["connections_split"] - before[n]
+                     if isinstance(now[n].get("connections_split"), int) and isinstance(before[n], int) else None
+                     for n in peps}
+            if time.monotonic() > deadline or all(split[n] or not now[n].get("splitting") for n in peps):
+                break
+            time.sleep(0.5)
         return {"rtt_ms": rtt, "tcp_bytes": CHECK_BYTES, "tcp_intact": True, "split": split}
 
     # ------------------------------------------------------------ emulator

@@ -61,7 +61,14 @@ DEBIAN_SOURCES = "/etc/apt/sources.list.d/debian.sources"
 CAPS = ("NET_ADMIN", "NET_RAW")
 # Where dockerd keeps runc's state of its containers (`runc --root`).
 RUNC_ROOT = "/run/docker/runtime-runc/moby"
-PEP_LABELS = ("org.satbed.contract", "org.satbed.pep.name", "org.satbed.pep.splits")
+# Host devices a PEP container gets where the host has them: the SCPS
+# gateway's TAP build opens /dev/net/tun.
+PEP_DEVICES = ("/dev/net/tun",)
+
+
+def pep_device_args() -> list[str]:
+    return [a for d in PEP_DEVICES if os.path.exists(d) for a in ("--device", d)]
+
 
 
 @dataclass(frozen=True)
@@ -425,14 +432,16 @@ class Options:
     """What a run tells its container nodes: which image each kind of node
     runs, what to bind-mount, and the run record that lists the containers
     for `satbed clean`."""
-    images: dict[str, str] = field(default_factory=dict)     # role -> image reference
+    images: dict[str, str] = field(default_factory=dict)     # role, or node:NAME -> image reference
     mounts: tuple[str, ...] = ()
     record: records.RunRecord | None = None
 
-    def image_for(self, role: str) -> str:
-        if role in self.images:
-            return self.images[role]
-        default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base"}
+    def image_for(self, role: str, node: str = "") -> str:
+        """A node's own image (a PEP node runs its PEP's), else its role's."""
+        ref = self.images.get(f"node:{node}") or self.images.get(role)
+        if ref:
+            return ref
+        default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base", "router": "base"}
         return current_tag(default.get(role, "base"))
 
 
@@ -443,8 +452,10 @@ _OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_docke
 
 @contextlib.contextmanager
 def options(pep: str | None = None, run_dir: str | None = None,
-            record: records.RunRecord | None = None, mounts: tuple[str, ...] = ()) -> Iterator[Options]:
+            record: records.RunRecord | None = None, mounts: tuple[str, ...] = (),
+            pep_nodes: dict[str, str] | None = None) -> Iterator[Options]:
     images = {"pep": pep_image(pep)} if pep else {}
+    images.update({f"node:{n}": pep_image(p) for n, p in (pep_nodes or {}).items()})
     all_mounts = tuple(os.path.abspath(m) for m in ((run_dir,) if run_dir else ()) + tuple(mounts))
     token = _OPTIONS.set(Options(images, all_mounts, record))
     try:
@@ -453,12 +464,13 @@ def options(pep: str | None = None, run_dir: str | None = None,
         _OPTIONS.reset(token)
 
 
-def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str):
+def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str,
+            pep_nodes: dict[str, str] | None = None):
     """The runner's hook: the Docker options for a run, or nothing for
-    other backends."""
+    other backends. pep_nodes: PEP node -> the PEP it runs."""
     if backend != "docker":
         return contextlib.nullcontext()
-    return options(pep=pep, run_dir=run_dir, record=record)
+    return options(pep=pep, run_dir=run_dir, record=record, pep_nodes=pep_nodes)
 
 
 def extra_mounts() -> list[str]:
@@ -480,10 +492,10 @@ class DockerSandbox(Sandbox):
     def __init__(self, full_name: str, role: str):
         opts = _OPTIONS.get()
         self.name, self.role = full_name, role
-        self.image = opts.image_for(role)
+        prefix, _, node = full_name.partition("-")
+        self.image = opts.image_for(role, node)
         # A PEP node drives its PEP through the image's own verbs.
         self.pep_entrypoint = entrypoint(self.image) if role == "pep" else None
-        prefix, _, node = full_name.partition("-")
         if opts.record is not None:
             # Recorded before it exists, so a run killed mid-start is cleaned too.
             opts.record.containers.append(full_name)
@@ -495,6 +507,8 @@ class DockerSandbox(Sandbox):
             args += ["--cap-add", cap]
         for key, value in node_sysctls(role).items():
             args += ["--sysctl", f"{key}={value}"]
+        if role == "pep":
+            args += pep_device_args()
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
         for m in sorted(set(opts.mounts) | set(extra_mounts())):
             os.makedirs(m, exist_ok=True)

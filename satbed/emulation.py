@@ -140,8 +140,10 @@ class Emulator:
     """Common face of the backends: start on the Emulator node, report, stop."""
     backend = ""
 
-    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str):
+    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str, stats_dir: str = ""):
         self.node, self.cfg, self.run_dir = node, cfg, run_dir
+        # One emulator keeps RUN/emulator/; several get RUN/emulator/<node>/ each.
+        self.stats_dir = stats_dir or os.path.join(run_dir, "emulator")
 
     def start(self) -> None: ...
 
@@ -187,13 +189,13 @@ class Satemu(Emulator):
     """satemu on the Emulator's ports; control socket for mid-run changes."""
     backend = "userspace"
 
-    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False):
-        super().__init__(node, cfg, run_dir)
+    def __init__(self, node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False,
+                 stats_dir: str = ""):
+        super().__init__(node, cfg, run_dir, stats_dir)
         # satemu bypasses the ports' qdiscs for speed, which hides the frames
         # it sends from tcpdump on those ports; a WAN capture needs them.
         self.captured = captured
-        self.stats_dir = os.path.join(run_dir, "emulator")
-        self.control = f"/run/satbed/{node.prefix}-satemu.sock"
+        self.control = f"/run/satbed/{node.prefix}-{node.short}-satemu.sock"
         self.proc: subprocess.Popen | None = None
         self.spin_us = spin_us()
 
@@ -211,8 +213,7 @@ class Satemu(Emulator):
         with open(conf, "w", encoding="utf-8") as f:
             json.dump(self.config_doc(), f, indent=2)
         log = open(os.path.join(self.stats_dir, "satemu.log"), "w", encoding="utf-8")
-        a, b = self.node.ports
-        self.proc = self.node.popen([binary, "-a", self.node.port(a).name, "-b", self.node.port(b).name,
+        self.proc = self.node.popen([binary, "-a", self.node.port("a").name, "-b", self.node.port("b").name,
                                      "-config", conf, "-control", self.control, "-stats-dir", self.stats_dir,
                                      *(["-no-qdisc-bypass"] if self.captured else []),
                                      *([f"-spin-us={self.spin_us}"] if self.spin_us is not None else [])],
@@ -281,7 +282,7 @@ class TcEmulator(Emulator):
     backend = "tc"
 
     def commands(self, netem: bool = True) -> list[list[str]]:
-        a, b = (self.node.port(p).name for p in self.node.ports)
+        a, b = self.node.port("a").name, self.node.port("b").name
         cmds: list[list[str]] = []
         for dev, d in ((b, self.cfg.a_to_b), (a, self.cfg.b_to_a)):
             cmds += compile_direction(dev, d, self.cfg.seed, netem)
@@ -345,8 +346,9 @@ def compile_direction(dev: str, d: Direction, seed: int, netem: bool) -> list[li
     return cmds
 
 
-def make(node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False) -> Emulator:
+def make(node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False,
+         stats_dir: str = "") -> Emulator:
     backend = choose_backend(cfg, node)
     if backend == "userspace":
-        return Satemu(node, cfg, run_dir, captured)
-    return {"tc": TcEmulator, "bridge": BridgeEmulator}[backend](node, cfg, run_dir)
+        return Satemu(node, cfg, run_dir, captured, stats_dir)
+    return {"tc": TcEmulator, "bridge": BridgeEmulator}[backend](node, cfg, run_dir, stats_dir)

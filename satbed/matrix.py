@@ -136,6 +136,13 @@ def _link(v) -> dict:
     return dict(v)
 
 
+def _scenario(v) -> str | None:
+    if v is None:
+        return None
+    from satbed import scenario
+    return scenario.find(str(v))
+
+
 # parameter -> (normaliser, default)
 PARAMS = {
     "client": (_client, "ping"),
@@ -156,6 +163,7 @@ PARAMS = {
     "time_limit": (_time_limit, None),
     "seed": (_seed, 1),
     "link": (_link, None),
+    "scenario": (_scenario, None),
 }
 
 
@@ -201,6 +209,16 @@ def load(path: str, backend: str = "mininet", repetitions: int | None = None) ->
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    from satbed import scenario
+    if scenario.is_scenario(doc):
+        try:
+            sc = scenario.load(path)
+        except SatbedError as e:
+            raise SatbedError(str(e)) from None
+        # The sweep's axes vary what the scenario fixes for a single run.
+        axes = sc.matrix.get("axes") or {}
+        fixed = {k: v for k, v in sc.params.items() if not isinstance(axes, dict) or k not in axes}
+        doc = {"name": sc.name, "description": sc.description, "fixed": fixed, **sc.matrix}
     try:
         if repetitions is not None:
             if repetitions < 1:
@@ -292,20 +310,21 @@ def run_config(params: dict, repetition: int):
     if params["link"]:
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
+    extra = {}
+    if params.get("scenario"):
+        from satbed import scenario
+        extra = scenario.extras(scenario.read(params["scenario"]), params["scenario"], seed)
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
-                    graphs=params["graphs"], time_limit_s=params["time_limit"])
+                    graphs=params["graphs"], time_limit_s=params["time_limit"], **extra)
     cfg.validate()
     return cfg
 
 
 def config_from_dict(doc: dict):
-    from satbed.emulation import LinkConfig
     from satbed.runner import RunConfig
-    known = {f.name for f in dataclasses.fields(RunConfig)}
-    kw = {k: v for k, v in doc.items() if k in known and k != "link"}
-    return RunConfig(link=LinkConfig.from_dict(doc["link"]), **kw)
+    return RunConfig.from_dict(doc)
 
 
 def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: float | None = None) -> Cell:
@@ -687,6 +706,7 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     require_root()
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    out = os.path.abspath(out)      # cells run from the repository root
     os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     # One matrix per results directory: two would run the same cells twice.
     lock = open(os.path.join(out, ".lock"), "w")
@@ -795,6 +815,16 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
     return counts
 
 
+def rows_of(exp: Experiment, out: str) -> list[CellRow]:
+    """The stored rows of this experiment's cells (a results directory may hold others)."""
+    path = os.path.join(os.path.abspath(out), "results.sqlite")
+    if not os.path.exists(path):
+        return []
+    with Store(path) as store:
+        found = {r.hash: r for r in store.cells()}
+    return [found[c.hash] for c in exp.cells if c.hash in found]
+
+
 def stop_children(children: list[Child]) -> None:
     for ch in children:
         if ch.proc.poll() is None:
@@ -824,7 +854,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     if base.params["client"] == "ping":
         raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
     admit = Admission.for_host(jobs)
-    root = os.path.join(out, "fidelity", time.strftime("%Y%m%d-%H%M%S"))
+    root = os.path.join(os.path.abspath(out), "fidelity", time.strftime("%Y%m%d-%H%M%S"))
     others = exp.cells[1:] or [base]
     started = 0
 

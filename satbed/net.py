@@ -2,7 +2,10 @@
 
 - Node: a network stack where processes run (a network namespace here; a
   container on the Docker backend), with ports (Intf).
-- Host: an end host with one port, eth0, and an IP address.
+- Host: an end host with one port, eth0, an IP address and, beyond its
+  subnet, a gateway.
+- Router: several ports, an address on each, IP forwarding, static routes,
+  and an optional drop-tail queue (behind an optional rate) per port.
 - TransparentNode: two ports and no IP address; forwards frames between them
   (a bridge, a PEP on a bridge, or the satellite emulator).
 - Link: a veth pair joining two ports.
@@ -177,9 +180,10 @@ class Node:
 
 class Host(Node):
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 ip: ipaddress.IPv4Interface, backend: str = "mininet"):
+                 ip: ipaddress.IPv4Interface, backend: str = "mininet",
+                 gateway: ipaddress.IPv4Address | None = None):
         super().__init__(name, short, prefix, record, backend, role="host")
-        self.ip = ip
+        self.ip, self.gateway = ip, gateway
 
     @property
     def eth0(self) -> Intf:
@@ -188,6 +192,14 @@ class Host(Node):
     def configure(self, mtu: int) -> None:
         self.prepare_intf(self.eth0, mtu)
         self.run(["ip", "addr", "add", str(self.ip), "dev", self.eth0.name])
+        if self.gateway is not None:
+            self.run(["ip", "route", "add", "default", "via", str(self.gateway), "dev", self.eth0.name])
+
+    def routes(self) -> list[str]:
+        """Every route of the host, as `ip route` prints it (the TCP profile
+        puts its attributes on each)."""
+        out = self.run(["ip", "-o", "route", "show"]).stdout
+        return [line.strip() for line in out.splitlines() if line.strip()]
 
     def set_tcp_cc(self, wanted: str) -> str:
         """Set the host's TCP congestion control; fall back to cubic where the
@@ -219,6 +231,60 @@ def allow_in_namespaces(cc: str) -> None:
             f.write(" ".join([*allowed, cc]))
 
 
+class Router(Node):
+    """Forwards IP between its ports; routes and queues come from the spec."""
+
+    def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
+                 addresses: dict[str, ipaddress.IPv4Interface], backend: str = "mininet"):
+        super().__init__(name, short, prefix, record, backend, role="router")
+        self.addresses = addresses
+        self.sysctl("net.ipv4.ip_forward", "1")
+        # Asymmetric paths (a PEP answering for a far host) must not be dropped as spoofed.
+        self.sysctl("net.ipv4.conf.all.rp_filter", "0", must=False)
+        self.sysctl("net.ipv4.conf.default.rp_filter", "0", must=False)
+
+    def configure(self, mtu: int) -> None:
+        for port, addr in self.addresses.items():
+            intf = self.intfs[port]
+            self.prepare_intf(intf, mtu)
+            self.run(["ip", "addr", "add", str(addr), "dev", intf.name])
+
+    def add_route(self, to: str, via: str) -> None:
+        self.run(["ip", "route", "replace", to, "via", via])
+
+    def set_queue(self, port: str, packets: int, size_bytes: int, rate_bps: int | None,
+                  mtu: int) -> list[list[str]]:
+        """A drop-tail FIFO on the port's egress, behind an HTB shaper when
+        the port has a rate (a veth drains at memory speed, so without one
+        the queue only holds bursts). Returns the commands, for the record."""
+        dev = self.intfs[port].name
+        fifo = ["bfifo", "limit", str(size_bytes)] if size_bytes else ["pfifo", "limit", str(packets)]
+        if rate_bps is None:
+            cmds = [["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", *fifo]]
+        else:
+            # burst: one MTU frame, so the shaper never lets a line-rate train past the queue.
+            cmds = [["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"],
+                    ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                     "rate", f"{rate_bps}bit", "burst", str(mtu + 14), "cburst", str(mtu + 14)],
+                    ["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", *fifo]]
+        for cmd in cmds:
+            self.run(cmd)
+        return cmds
+
+
+    def queue_stats(self, port: str) -> dict:
+        """The port's root and leaf qdisc counters (tc -s, as JSON): what a
+        drop-tail queue sent, dropped and holds."""
+        import json
+        out = self.run(["tc", "-s", "-j", "qdisc", "show", "dev", self.intfs[port].name]).stdout
+        qdiscs = json.loads(out or "[]")
+        fifo = [q for q in qdiscs if q.get("kind") in ("pfifo", "bfifo")]
+        q = fifo[0] if fifo else (qdiscs[0] if qdiscs else {})
+        return {"kind": q.get("kind"), "sent_packets": q.get("packets", 0), "sent_bytes": q.get("bytes", 0),
+                "dropped": q.get("drops", 0), "overlimits": q.get("overlimits", 0),
+                "backlog_bytes": q.get("backlog", 0), "backlog_packets": q.get("qlen", 0)}
+
+
 class TransparentNode(Node):
     """Two ports, no IP address. bridge() joins them in the kernel; the
     userspace emulator instead owns the two ports itself."""
@@ -226,9 +292,11 @@ class TransparentNode(Node):
     BRIDGE = "br0"
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 kind: str, ports: tuple[str, ...], backend: str = "mininet"):
+                 kind: str, ports: tuple[str, ...], backend: str = "mininet",
+                 address: ipaddress.IPv4Interface | None = None):
         super().__init__(name, short, prefix, record, backend, role=kind)
         self.kind, self.ports = kind, ports
+        self.address = address          # offered to a PEP that connects from its own address
         self.bridged = False
         # Frames crossing the bridge must not be fed to this namespace's
         # iptables unless a PEP asks for it.
@@ -236,6 +304,11 @@ class TransparentNode(Node):
 
     def port(self, name: str) -> Intf:
         return self.intfs[name]
+
+    def add_route(self, to: str, via: str) -> None:
+        """A route through the bridge to a router beyond it (a PEP's own
+        connections to far subnets need a next hop; the bridge has no address)."""
+        self.run(["ip", "route", "replace", to, "via", via, "dev", self.bridge(), "onlink"])
 
     def configure(self, mtu: int) -> None:
         for port in self.ports:

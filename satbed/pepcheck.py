@@ -47,6 +47,7 @@ from satbed.proc import last_line, require_root, require_tools
 
 LAN, WAN = "lan0", "wan0"          # port names inside the PEP container
 STATE = "/run/satbed/pep"          # SATBED_STATE_DIR inside it
+PEP_ADDR = "10.99.99.3/24"           # for a PEP that connects from its own address (PEPsal)
 TRANSFER_BYTES = 1 << 20
 PORT = 5201
 STOP_GRACE_S = 20
@@ -213,13 +214,14 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
         env = {"SATBED_PEP_LAN": LAN, "SATBED_PEP_WAN": WAN, "SATBED_PEP_BRIDGE": "br0",
                "SATBED_RATE_BPS": str(rate_bps), "SATBED_RTT_MS": f"{rtt_ms:g}", "SATBED_BER": "0",
                "SATBED_BUFFER_BYTES": str(1000 * 1514), "SATBED_STATE_DIR": STATE, "SATBED_PEP_ROLE": "a",
-               "SATBED_WAIT_S": "60"}
+               "SATBED_WAIT_S": "60", "SATBED_PEP_ADDR": PEP_ADDR}
         args = ["run", "-d", "--name", name, "--network", "none",
                 "--label", f"{docker.LABEL}.prefix={prefix}", "--label", f"{docker.LABEL}.node=pep"]
         for cap in docker.CAPS:
             args += ["--cap-add", cap]
         for key, value in docker.node_sysctls("pep").items():
             args += ["--sysctl", f"{key}={value}"]
+        args += docker.pep_device_args()
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]
         docker.docker(*args, image, timeout=120)

@@ -7,16 +7,20 @@ meeting the image contract, driven through its own ENTRYPOINT verbs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+from typing import Iterator
 
-from satbed.emulation import LinkConfig
+from satbed.emulation import MTU_FRAME, LinkConfig
 from satbed.errors import SatbedError
-from satbed.net import TransparentNode
+from satbed.net import NamespaceSandbox, TransparentNode
 from satbed.proc import BIN_DIR, REPO_ROOT, last_line
 
 ADAPTER_DIR = os.path.join(REPO_ROOT, "pep", "adapters")
+# A lab's own PEPsal / SCPS gateway build on this machine (docker/README.md).
+LAB_BINARIES = ("SATBED_PEPSAL_BIN", "SATBED_SCPS_BIN")
 
 
 def names() -> list[str]:
@@ -54,37 +58,54 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-class Pep:
-    """One PEP on one PEP node, driven through its adapter."""
+def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, options: str,
+                 state_dir: str, bin_dir: str = BIN_DIR, address: str = "") -> dict[str, str]:
+    """The adapter's environment (pep/CONTRACT.md), built in this one place.
+    side is which end of the satellite link the PEP is on (a or b); the link
+    figures are those of the emulated link its WAN port faces, seen leaving
+    its side (the direction its WAN sends into)."""
+    out = link.a_to_b if side == "a" else link.b_to_a
+    return {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "SATBED_PEP_LAN": lan,
+        "SATBED_PEP_WAN": wan,
+        "SATBED_PEP_BRIDGE": bridge,
+        "SATBED_RATE_BPS": str(out.rate_bps or 0),
+        "SATBED_RTT_MS": f"{link.rtt_ms:g}",
+        "SATBED_BER": f"{out.ber:g}",
+        "SATBED_BUFFER_BYTES": str(out.queue_bytes or out.queue_packets * MTU_FRAME),
+        "SATBED_PEP_OPTS": options,
+        "SATBED_STATE_DIR": state_dir,
+        "SATBED_BIN_DIR": bin_dir,
+        "SATBED_PEP_ROLE": side,
+        "SATBED_PEP_ADDR": address,
+    }
 
-    def __init__(self, name: str, node: TransparentNode, role: str, link: LinkConfig,
+
+class Pep:
+    """One PEP on one PEP node, driven through its adapter. side: a or b,
+    from the topology (the emulator port its WAN faces, or declared)."""
+
+    def __init__(self, name: str, node: TransparentNode, side: str, link: LinkConfig,
                  run_dir: str, options: str = ""):
-        self.name, self.node, self.role = name, node, role
+        self.name, self.node, self.role = name, node, side
+        self.options = options
         # A container node runs the image's own verbs; a namespace node the
         # repository's adapter.
         image_verbs = getattr(node.sandbox, "pep_entrypoint", None)
         self.command = list(image_verbs) if image_verbs else [check(name)]
         self.state_dir = os.path.join(run_dir, "pep", node.name)
         os.makedirs(self.state_dir, exist_ok=True)
-        lan, wan = node.ports
-        rate = link.rate_bps or 0
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "SATBED_PEP_LAN": node.port(lan).name,
-            "SATBED_PEP_WAN": node.port(wan).name,
-            "SATBED_PEP_BRIDGE": node.bridge(),
-            "SATBED_RATE_BPS": str(rate),
-            "SATBED_RTT_MS": f"{link.rtt_ms:g}",
-            "SATBED_BER": f"{link.a_to_b.ber:g}",
-            "SATBED_BUFFER_BYTES": str(link.a_to_b.queue_bytes or link.a_to_b.queue_packets * 1514),
-            "SATBED_PEP_OPTS": options,
-            "SATBED_STATE_DIR": self.state_dir,
-            "SATBED_BIN_DIR": BIN_DIR,
-            "SATBED_PEP_ROLE": role,
-        }
+        self.env = contract_env(node.port("lan").name, node.port("wan").name, node.bridge(), side, link,
+                                options, self.state_dir, address=str(node.address or ""))
         if image_verbs:
             # The image's own PATH and binaries, as its defaults say.
             del self.env["SATBED_BIN_DIR"], self.env["PATH"]
+        # A container has its image's binary instead.
+        if isinstance(node.sandbox, NamespaceSandbox):
+            for var in LAB_BINARIES:
+                if os.environ.get(var):
+                    self.env[var] = os.path.abspath(os.environ[var])
         self.started = False
 
     def _call(self, verb: str, timeout: float = 30, check: bool = True):
@@ -101,7 +122,12 @@ class Pep:
         self.started = True
 
     def healthy(self) -> bool:
-        return self._call("health", check=False).returncode == 0
+        return self.health()[0]
+
+    def health(self) -> tuple[bool, str]:
+        """(up, the adapter's one line)."""
+        cp = self._call("health", check=False)
+        return cp.returncode == 0, last_line(cp.stdout or cp.stderr) or f"health exit {cp.returncode}"
 
     def stats(self) -> dict:
         cp = self._call("stats", check=False)
@@ -118,3 +144,35 @@ class Pep:
         self._call("stop", timeout=30, check=False)
         self.started = False
         return stats
+
+
+def unhealthy(pep_list: list[Pep]) -> str:
+    """'' when every started PEP is healthy, else one line naming the ones
+    that are not and why."""
+    down = []
+    for p in pep_list:
+        if not p.started:
+            continue
+        up, line = p.health()
+        if not up:
+            down.append(f"PEP {p.name} on {p.node.name} is down: {line}")
+    return "; ".join(down)
+
+
+@contextlib.contextmanager
+def guarded(pep_list: list[Pep]) -> Iterator[None]:
+    """Run a transfer between two health checks of the PEPs, so that a dead
+    PEP, not the client it left without a path, is named as the failure."""
+    down = unhealthy(pep_list)
+    if down:
+        raise SatbedError(f"before the transfer: {down}")
+    try:
+        yield
+    except Exception as e:
+        down = unhealthy(pep_list)
+        if down:
+            raise SatbedError(f"{down} (the client then failed: {last_line(str(e))})") from e
+        raise
+    down = unhealthy(pep_list)
+    if down:
+        raise SatbedError(f"after the transfer: {down}")

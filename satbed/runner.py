@@ -14,7 +14,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from satbed import clients, emulation, environment, peps, topology
+from satbed import clients, counters, emulation, environment, peps, topology, traffic
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -23,6 +23,13 @@ from satbed.errors import SatbedError
 from satbed.testbed import Testbed
 
 DIRECTIONS = ("download", "upload")
+
+
+@dataclass
+class PepPlacement:
+    """Which PEP runs on one PEP node, with its options (`none`: a bridge)."""
+    name: str = "none"
+    options: str = ""
 
 
 @dataclass
@@ -39,11 +46,27 @@ class RunConfig:
     analyze: bool = True
     graphs: bool = True                 # draw the graphs and report.html now, or on `satbed report`
     time_limit_s: float | None = None   # stop a longer transfer and measure what it delivered
+    # Beyond the chain (all empty for it, so its configurations and cell hashes stay as they were):
+    links: dict[str, LinkConfig] = field(default_factory=dict)      # emulator node -> its link; others get `link`
+    peps: dict[str, PepPlacement] = field(default_factory=dict)     # PEP node -> its PEP; others get `pep`
+    profiles: dict[str, str] = field(default_factory=dict)          # host -> TCP profile, over the topology's
+    endpoints: list[str] = field(default_factory=list)              # main flow [a, b]; default roles ground, aircraft
+    traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
+    main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
+    scenario: str = ""                                              # the scenario file it came from
+
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
 
     def validate(self) -> None:
         topology.find(self.topology)
         clients.get(self.client)
         peps.check(self.pep)
+        for node, placement in self.peps.items():
+            peps.check(placement.name)
+        for link in self.links.values():
+            link.validate()
+        if self.traffic:
+            traffic.TrafficSpec.from_dict(self.traffic)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
         if self.time_limit_s is not None and not self.time_limit_s > 0:
@@ -51,9 +74,25 @@ class RunConfig:
         self.link.validate()
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        doc = dataclasses.asdict(self)
+        for k in self.NEW_FIELDS:
+            if not doc[k]:
+                del doc[k]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "RunConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in doc.items() if k in known and k not in ("link", "links", "peps")}
+        return cls(link=LinkConfig.from_dict(doc["link"]),
+                   links={n: LinkConfig.from_dict(v) for n, v in (doc.get("links") or {}).items()},
+                   peps={n: PepPlacement(**v) for n, v in (doc.get("peps") or {}).items()}, **kw)
 
     def slug(self) -> str:
+        if self.scenario:
+            name = os.path.splitext(os.path.basename(self.scenario))[0]
+            used = sorted(({peps.slug(p.name) for p in self.peps.values()} | {peps.slug(self.pep)}) - {"none"})
+            return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
         return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
 
@@ -66,66 +105,183 @@ def write_json(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class Plan:
+    """What a run's meaning is, resolved once from the topology and the
+    configuration: the main flow's hosts, each emulator's link, each PEP
+    node's PEP and side, the link the main flow's figures come from."""
+    a: str                              # the main flow's near end (its client tool; ClientContext.ground)
+    b: str                              # the far end (its server; ClientContext.aircraft)
+    links: dict[str, LinkConfig]        # every emulator node -> its link
+    peps: dict[str, PepPlacement]       # every PEP node -> its PEP
+    sides: dict[str, str]               # PEP node -> a | b
+    pep_links: dict[str, str]           # PEP node -> the emulator its WAN faces
+    path_emulators: list[tuple[str, str]]   # (emulator, port facing a) along a -> b
+    profiles: dict[str, str]            # host -> TCP profile name ("" : the kernel's as they are)
+
+    @property
+    def primary(self) -> str | None:
+        """The emulator whose ports are the WAN vantage points: on the main
+        path, the one with the longest delay (the satellite), first on ties."""
+        if not self.path_emulators:
+            return None
+        return max(self.path_emulators, key=lambda e: self.links[e[0]].rtt_ms)[0]
+
+    def path_rtt_ms(self) -> float:
+        return sum(self.links[e].rtt_ms for e, _ in self.path_emulators)
+
+    def path_rate_bps(self) -> int | None:
+        rates = [self.links[e].rate_bps for e, _ in self.path_emulators if self.links[e].rate_bps]
+        return min(rates) if rates else None
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "primary_emulator": self.primary,
+                "path_emulators": [{"emulator": e, "port_facing_a": p} for e, p in self.path_emulators],
+                "peps": {n: {**dataclasses.asdict(p), "side": self.sides[n], "link": self.pep_links.get(n)}
+                         for n, p in self.peps.items()},
+                "profiles": self.profiles}
+
+
+def plan(cfg: RunConfig, spec: topology.TopologySpec) -> Plan:
+    def bad(msg: str) -> SatbedError:
+        return SatbedError(f"topology {spec.name}: {msg}")
+
+    if cfg.endpoints:
+        if len(cfg.endpoints) != 2 or cfg.endpoints[0] == cfg.endpoints[1]:
+            raise bad(f"the main flow is between two different hosts, got {cfg.endpoints!r}")
+        a, b = cfg.endpoints
+        for h in (a, b):
+            if h not in spec.hosts:
+                raise bad(f"no host {h!r} for the main flow (hosts: {', '.join(spec.hosts)})")
+    else:
+        ground, aircraft = spec.host_with_role("ground"), spec.host_with_role("aircraft")
+        if ground is None or aircraft is None:
+            raise bad("name the main flow's hosts (workload main: between: [a, b]), or give one host "
+                      "role: ground and one role: aircraft")
+        a, b = ground.name, aircraft.name
+    if not spec.path(a, b):
+        raise bad(f"no path from {a} to {b}")
+    emus = [t.name for t in spec.of_kind("emulator")]
+    for name in cfg.links:
+        if name not in emus:
+            raise bad(f"link {name!r} names no emulator node (emulators: {', '.join(emus) or 'none'})")
+    links = {e: cfg.links.get(e, cfg.link) for e in emus}
+    pep_nodes = [t.name for t in spec.of_kind("pep")]
+    for name in cfg.peps:
+        if name not in pep_nodes:
+            raise bad(f"PEP placement {name!r} names no pep node (pep nodes: {', '.join(pep_nodes) or 'none'})")
+    placements = {n: cfg.peps.get(n, PepPlacement(cfg.pep, cfg.pep_options)) for n in pep_nodes}
+    pep_links = {}
+    for n in pep_nodes:
+        faced = topology.facing_emulator(spec, n)
+        if faced:
+            pep_links[n] = faced
+    for host in cfg.profiles:
+        if host not in spec.hosts:
+            raise bad(f"TCP profile for {host!r}, which is no host (hosts: {', '.join(spec.hosts)})")
+    profiles = {h: cfg.profiles.get(h, spec.hosts[h].profile) for h in spec.hosts}
+    return Plan(a, b, links, placements, {n: spec.transparent[n].side for n in pep_nodes}, pep_links,
+                spec.emulators_on_path(a, b), profiles)
+
+
 def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         backend: str = "mininet") -> tuple[str, dict]:
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
-    peps.check_backend(cfg.pep, backend)
+    for name in {cfg.pep, *(p.name for p in cfg.peps.values())}:
+        peps.check_backend(name, backend)
+    # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
+    # anon_root as given, and a matrix cell runs from the repository root.
+    out = os.path.abspath(out)
     spec = topology.load(cfg.topology)
+    the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
+    run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict()})
+    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict(),
+                                                      "plan": the_plan.to_dict()})
 
     result: dict = {"client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
                     "started": time.time(), "testbed_prefix": tb.prefix}
     env = environment.collect()
-    emu = None
+    emus: dict[str, emulation.Emulator] = {}
     pep_list: list[peps.Pep] = []
     caps = None
+    sampler: counters.CounterSampler | None = None
+    background: traffic.Traffic | None = None
     failure: BaseException | None = None
     try:
-        # The emulator backend decides whether its node gets a kernel bridge.
-        with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep):
-            tb.start(bridge_kinds=("pep", "bridge"))
-        env["testbed"] = docker_backend.describe_testbed(tb)
-        if tb.transparent("emulator"):
-            emu = emulation.make(tb.transparent("emulator")[0], cfg.link, run_dir,
-                                 captured=cfg.captures != "none")
-            emu.start()
-        elif cfg.link.rtt_ms or cfg.link.a_to_b.ber:
+        if not the_plan.links and (cfg.link.rtt_ms or cfg.link.a_to_b.ber):
             raise SatbedError(f"topology {spec.name} has no emulator node for --rtt/--ber")
-        for i, node in enumerate(tb.transparent("pep")):
-            pep = peps.Pep(cfg.pep, node, "ab"[i % 2], cfg.link, run_dir, cfg.pep_options)
+        # The emulator backend decides whether its node gets a kernel bridge.
+        pep_images = {n: p.name for n, p in the_plan.peps.items()}
+        with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep, pep_images):
+            tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
+        env["testbed"] = docker_backend.describe_testbed(tb)
+        several = len(the_plan.links) > 1
+        for name, link in the_plan.links.items():
+            node = tb.nodes[name]
+            emu = emulation.make(node, link, run_dir, captured=cfg.captures != "none",
+                                 stats_dir=os.path.join(run_dir, "emulator", name) if several else "")
+            emus[name] = emu
+            emu.start()
+        for name, placement in the_plan.peps.items():
+            link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
+            pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, run_dir, placement.options)
             pep_list.append(pep)
             pep.start()
-        hosts = list(tb.hosts.values())
-        ground, aircraft = hosts[0], hosts[-1]
-        caps = Captures(vantage_points(tb), run_dir, cfg.captures)
+        ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
+        caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
         caps.start()
+        router_ports = [i for r in tb.routers.values() for i in r.intfs.values()]
+        if router_ports:
+            sampler = counters.CounterSampler(router_ports, run_dir)
+            sampler.start()
+        if cfg.traffic:
+            background = traffic.Traffic(traffic.TrafficSpec.from_dict(cfg.traffic), tb.hosts, run_dir)
+            background.start()
+        if cfg.main_delay_s:
+            time.sleep(cfg.main_delay_s)
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
-                            size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=cfg.link.rate_bps,
-                            rtt_ms=cfg.link.rtt_ms, seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        result.update(client.run(ctx))
+                            size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
+                            rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
+        with peps.guarded(pep_list):       # a dead PEP is named, not the client it stranded
+            result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
+        if tb.tcp_profiles:
+            env["tcp_profiles"] = tb.tcp_profiles
+        if tb.queue_commands:
+            env["router_queues"] = tb.queue_commands
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
+        if background is not None:
+            result["traffic"] = _safely(background.stop, result)
+        if sampler is not None:
+            result["counters"] = _safely(sampler.stop, result)
         if caps is not None:
             result["captures"] = _safely(caps.stop, result)
         if pep_list:
-            result["pep"] = {"name": cfg.pep, "nodes": {p.node.name: _safely(p.stop, result) for p in pep_list}}
-            result["pep"]["connections_split"] = sum(
-                n.get("connections_split", 0) for n in result["pep"]["nodes"].values() if isinstance(n, dict))
-        if emu is not None:
-            result["emulator"] = _safely(emu.stop, result)
-            env["emulator"] = {"backend": emu.backend}
-            if getattr(emu, "spin_us", None) is not None:
-                env["emulator"]["spin_us"] = emu.spin_us
+            nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
+                     for p in pep_list}
+            result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
+                             "nodes": nodes,
+                             "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
+                                                      if isinstance(n.get("connections_split", 0), int))}
+        if emus:
+            stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
+            primary = the_plan.primary or next(iter(emus))
+            result["emulator"] = stopped[primary]
+            if several:
+                result["emulators"] = stopped
+            env["emulator"] = {"backend": emus[primary].backend}
+            if getattr(emus[primary], "spin_us", None) is not None:
+                env["emulator"]["spin_us"] = emus[primary].spin_us
         _safely(tb.stop, result)
         result["finished"] = time.time()
         if failure is not None:
@@ -141,17 +297,18 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     return run_dir, result
 
 
-def vantage_points(tb: Testbed) -> dict:
-    """lan_a: Client A's port; wan_a, wan_b: the Emulator's ground-side and
-    aircraft-side ports (the sender's side of the satellite shows its whole
-    RTT, whichever way the data flows); lan_b: Client B's port."""
-    hosts = list(tb.hosts.values())
-    points = {"lan_a": hosts[0].eth0}
-    emus = tb.transparent("emulator")
-    if emus:
-        a, b = emus[0].ports
-        points["wan_a"], points["wan_b"] = emus[0].port(a), emus[0].port(b)
-    points["lan_b"] = hosts[-1].eth0
+def vantage_points(tb: Testbed, the_plan: Plan) -> dict:
+    """lan_a: host a's port; wan_a, wan_b: the primary emulator's ports
+    facing a and facing b (the sender's side of the satellite shows its
+    whole RTT, whichever way the data flows); lan_b: host b's port."""
+    points = {"lan_a": tb.host(the_plan.a).eth0}
+    primary = the_plan.primary
+    if primary:
+        facing_a = dict(the_plan.path_emulators)[primary]
+        node = tb.nodes[primary]
+        points["wan_a"] = node.port(facing_a)
+        points["wan_b"] = node.port("b" if facing_a == "a" else "a")
+    points["lan_b"] = tb.host(the_plan.b).eth0
     return points
 
 

@@ -9,12 +9,12 @@ from typing import Iterator
 
 from mininet.log import setLogLevel
 
-from satbed import proc, records
+from satbed import proc, records, tcp_profiles
 from satbed.errors import SatbedError
-from satbed.net import Host, Link, Node, TransparentNode
+from satbed.net import Host, Link, Node, Router, TransparentNode
 from satbed.proc import require_root, require_tools
 from satbed.records import RunRecord, start_time
-from satbed.topology import TopologySpec
+from satbed.topology import TopologySpec, transit_routes
 
 NEEDED_TOOLS = ("ip", "ethtool", "sysctl", "mnexec")
 
@@ -31,6 +31,8 @@ class Testbed:
         self.nodes: dict[str, Node] = {}
         self.links: list[Link] = []
         self.tcp_cc: dict[str, str] = {}
+        self.queue_commands: dict[str, list[str]] = {}     # router.port -> the tc that made its queue
+        self.tcp_profiles: dict[str, dict] = {}            # host -> the profile's applied values
         self.started = False
 
     @property
@@ -46,9 +48,15 @@ class Testbed:
     def transparent(self, kind: str) -> list[TransparentNode]:
         return [n for n in self.nodes.values() if isinstance(n, TransparentNode) and n.kind == kind]
 
-    def start(self, bridge_kinds: tuple[str, ...] = ("pep", "bridge", "emulator")) -> "Testbed":
+    @property
+    def routers(self) -> dict[str, Router]:
+        return {n: v for n, v in self.nodes.items() if isinstance(v, Router)}
+
+    def start(self, bridge_kinds: tuple[str, ...] = ("pep", "bridge", "emulator"),
+              profiles: dict[str, str] | None = None) -> "Testbed":
         """Build nodes and links; bridge the transparent nodes whose kind is
-        listed (the emulator is left unbridged when satemu will own its ports)."""
+        listed (the emulator is left unbridged when satemu will own its ports).
+        profiles: host -> TCP profile name, over the topology's own."""
         require_root()
         require_tools(*NEEDED_TOOLS)
         setLogLevel("error")
@@ -56,10 +64,12 @@ class Testbed:
         self.started = True
         spec = self.spec
         for h in spec.hosts.values():
-            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip, self.backend)
+            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip, self.backend, h.gateway)
+        for r in spec.routers.values():
+            self.nodes[r.name] = Router(r.name, r.short, self.prefix, self.record, r.addresses, self.backend)
         for t in spec.transparent.values():
             self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports,
-                                                    self.backend)
+                                                    self.backend, address=t.ip)
         for ls in spec.links:
             a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
             ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))
@@ -69,8 +79,24 @@ class Testbed:
             node.configure(spec.mtu)
             if isinstance(node, Host):
                 self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
-            elif node.kind in bridge_kinds:
+            elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:
                 node.bridge()
+        for r in spec.routers.values():
+            router = self.routers[r.name]
+            for route in r.routes:
+                router.add_route(str(route.to), str(route.via))
+            for port, q in r.queues.items():
+                cmds = router.set_queue(port, q.packets, q.bytes, q.rate_bps, spec.mtu)
+                self.queue_commands[f"{r.name}.{port}"] = [" ".join(c) for c in cmds]
+        wanted = {h: (profiles or {}).get(h, spec.hosts[h].profile) for h in spec.hosts}
+        for host, name in wanted.items():
+            if name:
+                self.tcp_profiles[host] = tcp_profiles.load(name).apply(self.host(host))
+        if spec.routers:
+            # A PEP's own upstream connections need next hops beyond its bridge.
+            for t in spec.of_kind("pep"):
+                for route in transit_routes(spec, t.name):
+                    self.nodes[t.name].add_route(str(route.to), str(route.via))
         return self
 
     def stop(self) -> None:

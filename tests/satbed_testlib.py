@@ -17,9 +17,10 @@ sys.path.insert(0, REPO)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
 
 
-def satbed(*args: str, timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
-    """Run the satbed command as a user would."""
-    env = {**os.environ, "PYTHONPATH": REPO}
+def satbed(*args: str, timeout: float = 600, check: bool = False,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the satbed command as a user would (env: variables to add)."""
+    env = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
     return subprocess.run(["/usr/bin/python3", "-m", "satbed", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, check=check, cwd=REPO)
 

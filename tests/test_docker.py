@@ -1,5 +1,5 @@
-"""The Docker backend, the images, the PEP image contract, compose wiring and
-the pepsal/scps adapters. Integration tests need root and a Docker daemon and
+"""The Docker backend, the images, the PEP image contract and compose wiring
+(tests/test_pep_programs.py has the PEPsal and SCPS adapters). Integration tests need root and a Docker daemon and
 skip with the reason otherwise; images are built once (hash-tagged, so a
 second build is a no-op) and reused."""
 
@@ -20,7 +20,6 @@ from satbed.errors import SatbedError
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
 IMAGES = ["host", "emulator", "pep-none", "pep-pepd"]
-ADAPTERS = os.path.join(REPO, "pep", "adapters")
 
 
 def satbed_containers() -> list[str]:
@@ -104,52 +103,6 @@ def test_host_mirror_reads_deb822(tmp_path, monkeypatch):
     monkeypatch.setattr(docker, "DEBIAN_SOURCES", str(src))
     assert docker.host_mirror() == "http://mirror.lab/debian"
     assert docker.host_mirror(security=True) == "http://mirror.lab/security"
-
-
-def _adapter(name: str, verb: str, tmp_path, **env) -> subprocess.CompletedProcess:
-    full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SATBED_PEP_LAN": "lan0", "SATBED_PEP_WAN": "wan0",
-            "SATBED_PEP_BRIDGE": "br0", "SATBED_STATE_DIR": str(tmp_path), "SATBED_RATE_BPS": "8000000",
-            "SATBED_RTT_MS": "600", "SATBED_BER": "1e-5", **env}
-    return subprocess.run([os.path.join(ADAPTERS, name), verb], capture_output=True, text=True, env=full,
-                          timeout=30)
-
-
-def test_pepsal_without_binary_says_what_to_provide(tmp_path):
-    cp = _adapter("pepsal", "start", tmp_path, SATBED_BIN_DIR=str(tmp_path))
-    assert cp.returncode == 1
-    lines = cp.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pep/images/pepsal/pepsal" in lines[0] and "bin=" in lines[0]
-    stats = json.loads(_adapter("pepsal", "stats", tmp_path).stdout)
-    assert stats["name"] == "pepsal" and stats["running"] is False
-    assert _adapter("pepsal", "stop", tmp_path).returncode == 0
-
-
-@pytest.mark.parametrize("opts,error", [("bogus=1", "unknown option 'bogus'"),
-                                        ("max_conns=5", "outside 128..25000"),
-                                        ("nodelay=yes", "takes 0 or 1")])
-def test_pepsal_rejects_bad_options(tmp_path, opts, error):
-    fake = tmp_path / "pepsal"
-    fake.write_text("#!/bin/sh\nexit 0\n")
-    fake.chmod(0o755)
-    cp = _adapter("pepsal", "start", tmp_path, SATBED_PEP_OPTS=f"bin={fake} {opts}")
-    assert cp.returncode == 1 and error in cp.stderr and len(cp.stderr.strip().splitlines()) == 1
-
-
-def test_scps_rfile_from_the_link(tmp_path):
-    cp = _adapter("scps", "rfile", tmp_path)
-    assert cp.returncode == 0, cp.stderr
-    rf = dict(line.split() for line in cp.stdout.splitlines() if line and not line.startswith("#"))
-    assert rf["AIF_NAME"] == "lan0" and rf["BIF_NAME"] == "wan0"
-    assert rf["BIF_RATE"] == "8000000"
-    assert rf["BIF_BUF"] == str(2 * 8_000_000 // 8 * 600 // 1000)     # 2 x BDP = 1.2 MB
-    assert rf["BIF_MINRTO"] == "600000"                               # RTT in microseconds
-    assert rf["BIF_CC"] == "0" and rf["AIF_CC"] == "2" and rf["AIF_TCPONLY"] == "1"
-    vegas = _adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="cc=1", SATBED_RTT_MS="0")
-    rf = dict(line.split() for line in vegas.stdout.splitlines() if line and not line.startswith("#"))
-    assert rf["BIF_CC"] == "1" and rf["BIF_MINRTO"] == "200000" and rf["BIF_BUF"] == "65536"
-    cp = _adapter("scps", "start", tmp_path, SATBED_BIN_DIR=str(tmp_path))
-    assert cp.returncode == 1 and "pep/images/scps/gateway" in cp.stderr
-    assert len(cp.stderr.strip().splitlines()) == 1
 
 
 def test_pep_check_stats_rules():
@@ -260,6 +213,19 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     caps = os.listdir(os.path.join(run_dir, "captures"))
     assert "lan_a.pcap" in caps and any(c.startswith("wan") for c in caps), caps
     assert all(os.path.getsize(os.path.join(run_dir, "captures", c)) > 24 for c in caps)
+
+
+@needs_root
+@needs_docker
+@pytest.mark.parametrize("client", ["scp", "ftp"])
+def test_a_relative_out_works_on_containers(images, client, tmp_path, no_leftovers):
+    # The tools inside the containers see the run directory by its absolute path.
+    cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "run", "--backend", "docker", "--client", client,
+                         "--size", "1M", "--no-analysis", "--out", "runs"], cwd=tmp_path, capture_output=True,
+                        text=True, timeout=600, env={**os.environ, "PYTHONPATH": REPO})
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    assert run_dir.startswith(str(tmp_path / "runs") + os.sep) and summary["integrity"] == "ok"
 
 
 def _goodput(backend: str, out: str) -> float:
@@ -500,88 +466,3 @@ def test_run_and_matrix_drive_a_lab_image(images, fixture_image, tmp_path, no_le
     cp = satbed("matrix", str(exp), "--out", str(tmp_path / "netns"), timeout=120)
     assert cp.returncode == 2 and "needs --backend docker" in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
-
-
-# A stand-in with PEPsal's command line and mechanism (a transparent TPROXY
-# listener that connects upstream from the client's address), so the adapter
-# and its interception are tested without the real binary.
-FAKE_PEPSAL = r'''#!/usr/bin/python3
-import getopt, socket, sys, threading
-opts = dict(getopt.getopt(sys.argv[1:], "p:c:T:C:m:fnqkl:dv")[0])
-with open(sys.argv[0] + ".args", "w") as f:
-    f.write(" ".join(sys.argv[1:]))
-IP_TRANSPARENT = 19
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
-ls.bind(("0.0.0.0", int(opts.get("-p", 5000))))
-ls.listen(128)
-
-def pipe(a, b):
-    try:
-        while True:
-            data = a.recv(65536)
-            if not data:
-                break
-            b.sendall(data)
-        b.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-
-def handle(c, peer):
-    u = socket.socket()
-    u.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
-    u.bind((peer[0], 0))
-    u.connect(c.getsockname())
-    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
-    pipe(c, u)
-
-while True:
-    c, peer = ls.accept()
-    threading.Thread(target=handle, args=(c, peer), daemon=True).start()
-'''
-
-
-@needs_root
-def test_pepsal_adapter_splits_with_a_stand_in(tmp_path):
-    fake = tmp_path / "pepsal"
-    fake.write_text(FAKE_PEPSAL)
-    fake.chmod(0o755)
-    cp = satbed("run", "--pep", "pepsal", "--pep-options", f"bin={fake} port=5300 max_conns=256 nodelay=1",
-                "--client", "nuttcp-tcp", "--size", "2M", "--rtt", "100", "--no-analysis",
-                "--out", str(tmp_path / "runs"), timeout=600)
-    assert cp.returncode == 0, cp.stderr
-    run_dir, summary = _result(cp.stdout)
-    assert summary["integrity"] == "ok"
-    assert (tmp_path / "pepsal.args").read_text() == "-p 5300 -c 256 -n"
-    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
-        pep = json.load(f)["pep"]
-    # A SYN is diverted only at the PEP on the side that opened the
-    # connection (PEPsal splits what its own end host opens); the other PEP
-    # passes the upstream connection through.
-    split = {n: v["connections_split"] for n, v in pep["nodes"].items()}
-    assert sorted(split.values())[0] == 0 and sorted(split.values())[1] >= 1, split
-    assert all(v["running"] is True and v["name"] == "pepsal" for v in pep["nodes"].values())
-
-
-@needs_root
-def test_scps_adapter_writes_the_rfile_and_runs_the_gateway(tmp_path):
-    # A stand-in gateway: records how it was started, then idles; keep_bridge=1
-    # leaves the kernel bridge to carry the ping since it forwards nothing.
-    fake = tmp_path / "gateway"
-    fake.write_text(f'#!/bin/sh\necho "$PWD $*" >{tmp_path}/gateway.args\nexec sleep 600\n')
-    fake.chmod(0o755)
-    cp = satbed("run", "--pep", "scps", "--pep-options", f"bin={fake} keep_bridge=1 cc=1", "--client", "ping",
-                "--rtt", "100", "--no-analysis", "--out", str(tmp_path / "runs"), timeout=300)
-    assert cp.returncode == 0, cp.stderr
-    run_dir, summary = _result(cp.stdout)
-    assert summary["loss"] == 0
-    state = os.path.join(run_dir, "pep", "pepA")
-    assert (tmp_path / "gateway.args").read_text().split()[1:] == ["-f", "rfile"]
-    with open(os.path.join(state, "rfile"), encoding="utf-8") as f:
-        rf = dict(line.split() for line in f if line.strip() and not line.startswith("#"))
-    assert rf["BIF_CC"] == "1" and rf["BIF_MINRTO"] == "200000" and rf["BIF_RATE"] == "8000000"
-    assert rf["BIF_BUF"] == str(max(65536, 2 * 8_000_000 // 8 * 100 // 1000))
-    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
-        nodes = json.load(f)["pep"]["nodes"]
-    assert all(v["name"] == "scps" and v["running"] is True for v in nodes.values())

@@ -341,7 +341,7 @@ def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tm
     path = write(tmp_path, "timeout: 1\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
                            " captures: none}\naxes: {rtt: [0, 100]}\n")
     out = str(tmp_path / "to")
-    cp = satbed("matrix", path, "--jobs", "2", "--out", out, "--strict", timeout=200)
+    cp = satbed("matrix", path, "--jobs", "2", "--out", out, timeout=200)
     assert cp.returncode == 1, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1])["timeout"] == 2
     db = sqlite3.connect(os.path.join(out, "results.sqlite"))
@@ -349,10 +349,11 @@ def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tm
     db.close()
     assert errors == ["timed out after 1s"] * 2
     assert _leftovers(out) == []
-    # Timed-out cells count as done unless retried.
+    # Timed-out cells count as done unless retried, and the matrix still did not measure them.
     cp = satbed("matrix", path, "--jobs", "2", "--out", out, timeout=200)
-    assert cp.returncode == 0, cp.stderr
+    assert cp.returncode == 1, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1])["skipped"] == 2
+    assert "2 x timeout: timed out after 1s" in cp.stderr and "--retry" in cp.stderr.splitlines()[-1]
 
 
 def test_delivered_bytes_counts_written_data_and_rsyncs_temporary_copy(tmp_path):
@@ -404,7 +405,7 @@ def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
     path = write(tmp_path, "fixed: {client: scp, pep: none, emulator: userspace, rtt: 600, ber: 1e-5, size: 4M,"
                            " time_limit: 15}\n")
     out = str(tmp_path / "lim")
-    cp = satbed("matrix", path, "--jobs", "1", "--out", out, "--strict", timeout=300)
+    cp = satbed("matrix", path, "--jobs", "1", "--out", out, timeout=300)
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1])["limited"] == 1
     assert "in the time limit" in cp.stderr
@@ -423,3 +424,23 @@ def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
     assert "hollow circle" in page and "limited" in page
     # The gallery drew the study's view from the stored capture.
     assert glob.glob(os.path.join(out, "cells", "*", "analysis", "lan_a", "tsg_window.png"))
+
+
+@needs_root
+def test_a_failing_cell_makes_the_matrix_exit_nonzero_with_its_reason_last(tmp_path):
+    # The PEP's server binary is missing: that cell fails, the other measures.
+    path = write(tmp_path, "fixed: {client: scp, rtt: 0, size: 256K, emulator: userspace, captures: none}\n"
+                           "axes: {pep: [none, pepsal]}\n")
+    out = str(tmp_path / "fail")
+    cp = satbed("matrix", path, "--out", out, timeout=300, env={"SATBED_PEPSAL_BIN": "/nonexistent/pepsal"})
+    assert cp.returncode == 1, cp.stderr
+    assert _statuses(out) == {"ok": 1, "failed": 1}
+    last = cp.stderr.strip().splitlines()[-4:]
+    assert any("1 x failed:" in ln and "pepsal" in ln for ln in last), cp.stderr
+    assert "1 of 2 cells did not measure" in last[-1]
+    assert _leftovers(out) == []
+    # The report names the reason beside the charts, not only in the cells table.
+    assert satbed("report", out).returncode == 0
+    page = open(os.path.join(out, "report.html")).read()
+    assert page.index("<h2>Failures</h2>") < page.index("<h2>Charts</h2>")
+    assert "pepsal" in page[page.index("<h2>Failures</h2>"):page.index("<h2>Charts</h2>")]

@@ -20,6 +20,9 @@ def test_globalhawk_is_the_five_host_chain(globalhawk):
         ("clientA.eth0", "pepA.lan"), ("pepA.wan", "emulator.a"),
         ("emulator.b", "pepB.wan"), ("pepB.lan", "clientB.eth0")]
     assert globalhawk.mtu == 1500
+    # Addresses only a PEP that connects from its own address uses (PEPsal).
+    assert [str(t.ip) for t in globalhawk.of_kind("pep")] == ["10.99.99.3/24", "10.99.99.253/24"]
+    assert globalhawk.to_dict()["transparent"]["pepB"]["ip"] == "10.99.99.253/24"
 
 
 BASE = yaml.safe_load(open(topology.find("globalhawk")))
@@ -36,6 +39,10 @@ BASE = yaml.safe_load(open(topology.find("globalhawk")))
     (lambda d: d["links"].append(["ghost.eth0", "pepB.lan"]), "unknown node"),
     (lambda d: d.update(colour="blue"), "unknown key"),
     (lambda d: d.update(mtu=10), "mtu"),
+    (lambda d: d["transparent"]["pepA"].update(ip="10.99.99.254/24"), "already"),
+    (lambda d: d["transparent"]["pepA"].update(ip="10.1.1.3/24"), "not on its segment"),
+    (lambda d: d["transparent"]["pepA"].update(ip="10.99.99.3"), "prefix length"),
+    (lambda d: d["transparent"]["emulator"].update(ip="10.99.99.5/24"), "only a pep"),
 ])
 def test_bad_topologies_are_refused_with_a_reason(mutate, message):
     import copy

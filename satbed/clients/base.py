@@ -28,6 +28,11 @@ class ClientContext:
     # otherwise take hours for 100 MB). None: every transfer runs to completion.
     time_limit_s: float | None = None
 
+    def __post_init__(self) -> None:
+        # Tools run with other working directories (sshd in /): never a relative path.
+        if not os.path.isabs(self.run_dir):
+            raise ValueError(f"ClientContext.run_dir must be absolute, got {self.run_dir!r}")
+
     @property
     def sender(self) -> Host:
         return self.aircraft if self.direction == "download" else self.ground

@@ -34,7 +34,7 @@ pasv_enable=YES
 pasv_min_port={pasv_min}
 pasv_max_port={pasv_max}
 connect_from_port_20=NO
-secure_chroot_dir=/var/run/vsftpd/empty
+secure_chroot_dir={empty}
 xferlog_enable=YES
 vsftpd_log_file={xferlog}
 syslog_enable=NO
@@ -64,9 +64,13 @@ class Ftp(TransferClient):
             payload = t.payload(os.path.join(root, "payload.bin"))
             received = t.expect(t.path("ground", "payload.bin"))
 
+        # vsftpd's own empty directory is made by its package's tmpfiles at
+        # boot, which a container node never ran: an empty root-owned one per run.
+        empty = t.mkdir("vsftpd-empty")
+        os.chmod(empty, 0o555)
         conf = t.path("vsftpd.conf")
         with open(conf, "w", encoding="ascii") as f:
-            f.write(CONFIG.format(ip=ip(server), port=PORT, user=ANON_USER, root=root,
+            f.write(CONFIG.format(ip=ip(server), port=PORT, user=ANON_USER, root=root, empty=empty,
                                   upload="YES" if upload else "NO", pasv_min=PASV_PORTS[0],
                                   pasv_max=PASV_PORTS[1], xferlog=ctx.path("logs", "ftp-xfer.log")))
         t.server(server, "vsftpd", [self.tool("vsftpd"), conf], PORT)

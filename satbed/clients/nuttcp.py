@@ -39,11 +39,8 @@ class NuttcpTcp(TransferClient):
         sender, receiver = ctx.sender, ctx.receiver
         payload = t.payload(t.path("send", "payload.bin"))
         received = t.expect(t.path("recv", "payload.bin"))
-        # --nofork: the one-shot receiver otherwise forks and its parent exits
-        # at once, so neither the listening check nor wait_exit would see the
-        # process that writes the file.
-        rx = t.server(receiver, "receiver", [self.tool("nuttcp"), "-r", "-s", "--nofork", "-fparse", "-P",
-                                             str(CONTROL_PORT)], CONTROL_PORT, stdout=received)
+        rx = t.server(receiver, "receiver", [self.tool("nuttcp"), "-r", "-s", "--nofork", "-fparse", "-P", str(CONTROL_PORT)],
+                      CONTROL_PORT, stdout=received)
         seconds, out = t.client(sender, [self.tool("nuttcp"), "-t", "-s", "-fparse", "-P", str(CONTROL_PORT),
                                          ip(receiver)], stdin=payload.path)
         t.wait_exit(rx, "nuttcp receiver", 10 + 3 * ctx.rtt_ms / 1000)

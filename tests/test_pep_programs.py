@@ -1,0 +1,277 @@
+"""The adapters for programs satbed does not ship: PEPsal and the SCPS
+reference gateway.
+
+Without the real programs, CI runs our stand-ins (tests/standins/), which
+behave as the real ones do where the adapters depend on it: PEPsal exits 1
+silently when the open-file limit it sets is refused and connects upstream
+from the node's own address; the SCPS gateway opens two taps and builds its
+bridges with brctl and ifconfig. With SATBED_PEPSAL_BIN / SATBED_SCPS_BIN
+pointing at real builds (docker/README.md), the last tests run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+
+import pytest
+
+from satbed_testlib import REPO, needs_root, satbed
+
+ADAPTERS = os.path.join(REPO, "pep", "adapters")
+STANDINS = os.path.join(REPO, "tests", "standins")
+PEPSAL_NOFILE = 1048576          # what upstream PEPsal sets RLIMIT_NOFILE's hard limit to
+REAL_PEPSAL = os.environ.get("SATBED_PEPSAL_BIN", "")
+REAL_SCPS = os.environ.get("SATBED_SCPS_BIN", "")
+needs_real_pepsal = pytest.mark.skipif(not REAL_PEPSAL, reason="SATBED_PEPSAL_BIN does not point at a PEPsal build")
+needs_real_scps = pytest.mark.skipif(not REAL_SCPS, reason="SATBED_SCPS_BIN does not point at an SCPS gateway build")
+needs_tun = pytest.mark.skipif(not os.path.exists("/dev/net/tun"), reason="no /dev/net/tun here")
+needs_brctl = pytest.mark.skipif(shutil.which("brctl") is None or shutil.which("ifconfig") is None,
+                                 reason="brctl/ifconfig missing (bridge-utils, net-tools)")
+
+
+def limit_refused() -> bool:
+    """Whether this process may not raise its open-file hard limit to
+    PEPsal's (as here: hard limit 20,000, no CAP_SYS_RESOURCE)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard >= PEPSAL_NOFILE:
+        return False
+    cp = subprocess.run(["sh", "-c", f"ulimit -Hn {PEPSAL_NOFILE}"], capture_output=True)
+    return cp.returncode != 0
+
+
+def wrapper(tmp_path, name: str, program: str, **env: str) -> str:
+    """An executable that runs PROGRAM with ENV added (the adapter passes
+    only its own variables on)."""
+    path = tmp_path / name
+    sets = " ".join(f"{k}={v}" for k, v in env.items())
+    path.write_text(f'#!/bin/sh\n{sets} exec {program} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+def adapter(name: str, verb: str, tmp_path, private_netns: bool = False, **env) -> subprocess.CompletedProcess:
+    """Run an adapter verb; private_netns: in a network namespace of its own
+    (a start that gets far must not touch the machine's)."""
+    full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SATBED_PEP_LAN": "lan0", "SATBED_PEP_WAN": "wan0",
+            "SATBED_PEP_BRIDGE": "br0", "SATBED_STATE_DIR": str(tmp_path), "SATBED_RATE_BPS": "8000000",
+            "SATBED_RTT_MS": "600", "SATBED_BER": "1e-5", "SATBED_PEP_ADDR": "10.99.99.3/24", **env}
+    prefix = ["unshare", "-n"] if private_netns else []
+    return subprocess.run([*prefix, os.path.join(ADAPTERS, name), verb], capture_output=True, text=True,
+                          env=full, timeout=60)
+
+
+def one_line(cp: subprocess.CompletedProcess) -> str:
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 1 and len(lines) == 1, cp.stderr
+    return lines[0]
+
+
+def rfile(cp: subprocess.CompletedProcess) -> dict[str, str]:
+    assert cp.returncode == 0, cp.stderr
+    return dict(line.split() for line in cp.stdout.splitlines() if line and not line.startswith("#"))
+
+
+def run_result(cp: subprocess.CompletedProcess) -> tuple[str, dict, dict]:
+    """(run directory, summary line, result.json) of a successful run."""
+    assert cp.returncode == 0, cp.stderr
+    lines = cp.stdout.strip().splitlines()
+    with open(os.path.join(lines[0], "result.json"), encoding="utf-8") as f:
+        return lines[0], json.loads(lines[-1]), json.load(f)
+
+
+def syns_from(pcap: str, src: str) -> int:
+    out = subprocess.run(["tcpdump", "-nn", "-r", pcap, f"src host {src} and tcp[tcpflags] & tcp-syn != 0 "
+                          "and tcp[tcpflags] & tcp-ack == 0"], capture_output=True, text=True).stdout
+    return len(out.splitlines())
+
+
+# ------------------------------------------------------------ no root needed
+
+def test_pepsal_without_binary_says_what_to_provide(tmp_path):
+    line = one_line(adapter("pepsal", "start", tmp_path, SATBED_BIN_DIR=str(tmp_path)))
+    assert "pep/images/pepsal/pepsal" in line and "bin=" in line
+    stats = json.loads(adapter("pepsal", "stats", tmp_path).stdout)
+    assert stats["name"] == "pepsal" and stats["running"] is False and stats["connections_split"] == 0
+    assert adapter("pepsal", "stop", tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("opts,error", [("bogus=1", "unknown option 'bogus'"),
+                                        ("max_conns=5", "outside 128..25000"),
+                                        ("nodelay=yes", "takes 0 or 1"),
+                                        ("intercept=wan", "takes both or lan"),
+                                        ("addr=10.99.99.3", "needs a prefix length")])
+def test_pepsal_rejects_bad_options(tmp_path, opts, error):
+    assert error in one_line(adapter("pepsal", "start", tmp_path,
+                                     SATBED_PEP_OPTS=f"bin={STANDINS}/pepsal {opts}"))
+
+
+def test_pepsal_needs_an_address_for_the_node(tmp_path):
+    line = one_line(adapter("pepsal", "start", tmp_path, SATBED_PEP_ADDR="",
+                            SATBED_PEP_OPTS=f"bin={STANDINS}/pepsal"))
+    assert "own address" in line and "addr=" in line
+
+
+@pytest.mark.skipif(not limit_refused(), reason="this machine lets PEPsal raise its open-file hard limit")
+@pytest.mark.parametrize("logging,expect", [("0", "empty log"), ("1", "[ERROR]: Failed to set new ressources limits")])
+def test_pepsal_names_the_refused_open_file_limit(tmp_path, logging, expect):
+    # Upstream PEPsal exits 1 at once here; the stand-in does the same.
+    bin_ = wrapper(tmp_path, "pepsal", f"{STANDINS}/pepsal", STANDIN_STDERR_LOGGING=logging)
+    line = one_line(adapter("pepsal", "start", tmp_path, SATBED_PEP_OPTS=f"bin={bin_}"))
+    assert expect in line and "(status 1)" in line
+    assert f"hard limit is {resource.getrlimit(resource.RLIMIT_NOFILE)[1]}" in line and "1048576" in line
+    assert not os.path.exists(tmp_path / "pepsal.pid")
+
+
+def test_scps_rfile_from_the_link(tmp_path):
+    rf = rfile(adapter("scps", "rfile", tmp_path, SATBED_BER="0"))
+    assert rf["AIF_NAME"] == "lan0" and rf["BIF_NAME"] == "wan0"
+    assert rf["BIF_RATE"] == "8000000"
+    assert rf["BIF_BUF"] == str(2 * 8_000_000 // 8 * 600 // 1000)     # 2 x BDP = 1.2 MB
+    assert rf["BIF_MINRTO"] == "600000"                               # RTT in microseconds
+    # scpstp.h: 0 none (rate control only), 1 Van Jacobson, 2 Vegas, 3 flow control.
+    assert rf["BIF_CC"] == "0" and rf["AIF_CC"] == "1" and rf["AIF_TCPONLY"] == "1"
+    # Bit errors: 8 x BDP, as pepd sizes its WAN buffers.
+    assert rfile(adapter("scps", "rfile", tmp_path))["BIF_BUF"] == str(8 * 8_000_000 // 8 * 600 // 1000)
+    rf = rfile(adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="cc=2 buffer_factor=4", SATBED_RTT_MS="0"))
+    assert rf["BIF_CC"] == "2" and rf["BIF_MINRTO"] == "200000" and rf["BIF_BUF"] == "65536"
+    assert "3 (flow control)" in one_line(adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="cc=4"))
+    assert "unknown option 'keep_bridge'" in one_line(
+        adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="keep_bridge=1"))
+    line = one_line(adapter("scps", "start", tmp_path, SATBED_BIN_DIR=str(tmp_path)))
+    assert "pep/images/scps/gateway" in line
+
+
+def test_scps_names_a_missing_brctl(tmp_path):
+    # A PATH with everything the adapter uses but brctl.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for t in ("sh", "cat", "sed", "awk", "od", "tr", "grep", "dirname", "ip", "ifconfig", "mv", "rm", "mkdir"):
+        where = shutil.which(t)
+        if where:
+            os.symlink(where, tools / t)
+    line = one_line(adapter("scps", "start", tmp_path, PATH=str(tools),
+                            SATBED_PEP_OPTS=f"bin={STANDINS}/scps-gateway"))
+    assert "brctl" in line and "bridge-utils" in line
+
+
+@needs_tun
+@needs_brctl
+def test_scps_refuses_a_64_bit_build(tmp_path):
+    fake = tmp_path / "gateway"
+    shutil.copy("/bin/true", fake)       # any 64-bit ELF
+    line = one_line(adapter("scps", "start", tmp_path, SATBED_PEP_OPTS=f"bin={fake}"))
+    assert "64-bit build" in line and "-m32" in line
+
+
+# ------------------------------------------------------------ namespaces (root)
+
+@needs_root
+def test_pepsal_split_at_both_ends_from_the_nodes_addresses(tmp_path):
+    # The stand-in as patched to warn about the limit (like the local build
+    # this machine needs, docker/README.md).
+    bin_ = wrapper(tmp_path, "pepsal", f"{STANDINS}/pepsal", STANDIN_LIMIT="warn")
+    cp = satbed("run", "--pep", "pepsal", "--client", "scp", "--size", "2M", "--rtt", "100", "--no-analysis",
+                "--out", str(tmp_path / "runs"), env={"SATBED_PEPSAL_BIN": bin_}, timeout=600)
+    run_dir, summary, result = run_result(cp)
+    assert summary["integrity"] == "ok"
+    nodes = result["pep"]["nodes"]
+    # Client A's SYN is split at PEP A (from the LAN port), PEP A's own
+    # upstream SYN at PEP B (from the WAN port): both directions are split.
+    assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1, nodes
+    assert nodes["pepA"]["address"] == "10.99.99.3/24" and nodes["pepB"]["address"] == "10.99.99.253/24"
+    assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000 and nodes["pepB"]["bytes_lan_to_wan"] > 2_000_000
+    # The satellite leg runs PEP A -> PEP B; the server sees PEP B's address.
+    caps = os.path.join(run_dir, "captures")
+    assert syns_from(f"{caps}/wan_a.pcap", "10.99.99.3") >= 1
+    assert syns_from(f"{caps}/lan_b.pcap", "10.99.99.253") >= 1
+    assert syns_from(f"{caps}/wan_a.pcap", "10.99.99.2") == 0
+
+
+@needs_root
+def test_pepsal_refused_limit_fails_the_run_in_one_line(tmp_path):
+    if not limit_refused():
+        pytest.skip("this machine lets PEPsal raise its open-file hard limit")
+    cp = satbed("run", "--pep", "pepsal", "--client", "ping", "--no-analysis", "--out", str(tmp_path / "runs"),
+                env={"SATBED_PEPSAL_BIN": f"{STANDINS}/pepsal"}, timeout=300)
+    assert cp.returncode != 0
+    last = cp.stderr.strip().splitlines()[-1]
+    assert "pepsal exited during startup (status 1)" in last and "cannot be raised" in last
+
+
+@needs_root
+@needs_tun
+@needs_brctl
+def test_scps_gateway_bridges_and_is_counted(tmp_path):
+    cp = satbed("run", "--pep", "scps", "--client", "scp", "--size", "2M", "--rtt", "100", "--no-analysis",
+                "--out", str(tmp_path / "runs"), env={"SATBED_SCPS_BIN": f"{STANDINS}/scps-gateway"},
+                timeout=600)
+    run_dir, summary, result = run_result(cp)
+    assert summary["integrity"] == "ok"
+    nodes = result["pep"]["nodes"]
+    assert all(n["running"] is True and n["connections_split"] >= 1 for n in nodes.values()), nodes
+    assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000
+    with open(os.path.join(run_dir, "pep", "pepA", "scps.log"), encoding="utf-8") as f:
+        log = f.read()
+    assert "brctl addif aif" in log and "brctl delbr bif" in log      # built, and removed on stop
+
+
+@needs_root
+@needs_tun
+@needs_brctl
+def test_a_pep_that_dies_is_named_as_the_failure(tmp_path):
+    bin_ = wrapper(tmp_path, "gateway", f"{STANDINS}/scps-gateway", STANDIN_DIE_AFTER="3")
+    cp = satbed("run", "--pep", "scps", "--client", "scp", "--size", "20M", "--rtt", "600", "--no-analysis",
+                "--out", str(tmp_path / "runs"), env={"SATBED_SCPS_BIN": bin_}, timeout=600)
+    assert cp.returncode != 0
+    last = cp.stderr.strip().splitlines()[-1]
+    assert "PEP scps on pepA is down" in last and "the client then failed" in last, last
+
+
+# ------------------------------------------------------------ the real programs
+
+def _real_run(tmp_path, pep: str, env: dict[str, str], ber: str = "0") -> tuple[str, dict, dict]:
+    cp = satbed("run", "--pep", pep, "--client", "scp", "--size", "2M", "--rtt", "600", "--ber", ber,
+                "--out", str(tmp_path / "runs"), env=env, timeout=900)
+    if cp.returncode != 0 and "cannot be raised" in cp.stderr:
+        pytest.skip(f"this build cannot start here: {cp.stderr.strip().splitlines()[-1]}")
+    return run_result(cp)
+
+
+@needs_root
+@needs_real_pepsal
+def test_real_pepsal_splits_both_ways(tmp_path):
+    run_dir, summary, result = _real_run(tmp_path, "pepsal", {"SATBED_PEPSAL_BIN": REAL_PEPSAL})
+    assert summary["integrity"] == "ok"
+    assert summary["tcp_connect_ms"] < 100          # answered by PEP A, not across 600 ms
+    nodes = result["pep"]["nodes"]
+    assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1
+    assert syns_from(os.path.join(run_dir, "captures", "lan_b.pcap"), "10.99.99.253") >= 1
+
+
+@needs_root
+@needs_real_pepsal
+def test_real_pepsal_refused_limit_is_one_line(tmp_path):
+    if not limit_refused():
+        pytest.skip("this machine lets PEPsal raise its open-file hard limit")
+    cp = adapter("pepsal", "start", tmp_path, private_netns=True, SATBED_PEP_OPTS=f"bin={REAL_PEPSAL}")
+    if "exited during startup" not in cp.stderr:
+        pytest.skip(f"{REAL_PEPSAL} starts under a refused limit (a build without the fatal limit): "
+                    f"{cp.stderr.strip()}")
+    line = one_line(cp)
+    assert "(status 1)" in line and "cannot be raised" in line
+
+
+@needs_root
+@needs_real_scps
+@needs_tun
+@pytest.mark.parametrize("ber", ["0", "1e-5"])
+def test_real_scps_gateway_splits(tmp_path, ber):
+    run_dir, summary, result = _real_run(tmp_path, "scps", {"SATBED_SCPS_BIN": REAL_SCPS}, ber)
+    assert summary["integrity"] == "ok"
+    assert summary["tcp_connect_ms"] < 100
+    nodes = result["pep"]["nodes"]
+    assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1
+    assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000

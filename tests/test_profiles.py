@@ -1,0 +1,85 @@
+"""Host TCP profiles: parsing, one-line refusals, and on real namespaces the
+study's NcFTP window limit (the ncftp-3.2.2 profile holds goodput to its
+window cap / RTT; the kernel's own settings do not)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from satbed import tcp_profiles
+from satbed.emulation import LinkConfig
+from satbed.errors import SatbedError
+from satbed.proc import BIN_DIR
+from satbed.runner import RunConfig, run
+
+from satbed_testlib import needs_root, satbed
+
+SHIPPED = ("modern", "linux-2.6.18-bic", "ncftp-3.2.2", "large-windows-195k", "reno-sack-1500")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_parse(name):
+    assert name in tcp_profiles.names()
+    tcp_profiles.load(name)
+
+
+def test_ncftp_builds_on_the_2618_host():
+    p = tcp_profiles.load("ncftp-3.2.2")
+    assert p.congestion_control == ["bic", "cubic"]
+    assert p.sysctls["net.ipv4.tcp_window_scaling"] == "0"
+    assert p.route["initcwnd"] == "3"
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"colour": 1}, "unknown key"),
+    ({"sack": "yes"}, "sack must be true or false"),
+    ({"rmem": [4096, 100, 10]}, "ascending"),
+    ({"route": {"mtu": 1400}}, "unknown attribute"),
+    ({"base": "nosuch"}, "unknown TCP profile"),
+    ({"congestion_control": []}, "congestion_control"),
+])
+def test_bad_profiles_are_one_line(doc, message):
+    with pytest.raises(SatbedError, match=message):
+        tcp_profiles.parse(doc, "t")
+
+
+WINDOW_CAP_BPS = 65535 * 8 / 0.600
+
+
+def ftp_at_600ms(tmp_path, profile: str) -> dict:
+    cfg = RunConfig(client="ftp", size_bytes=2_000_000, captures="headers", graphs=False,
+                    link=LinkConfig.symmetric(rtt_ms=600, backend="userspace"), profiles={"clientA": profile})
+    run_dir, result = run(cfg, str(tmp_path))
+    assert result["integrity"] == "ok"
+    with open(os.path.join(run_dir, "environment.json")) as f:
+        env = json.load(f)
+    assert env["tcp_profiles"]["clientA"]["profile"] == profile
+    # The data connection as the receiver's port saw it (the FTP session's
+    # login round trips are not the window's doing).
+    return {"throughput": result["analysis"]["lan_a"]["main"]["b2a"]["throughput_bps"], "env": env}
+
+
+@needs_root
+@pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")), reason="bin/satemu not built")
+def test_ncftp_profile_is_window_limited_and_modern_is_not(tmp_path):
+    ncftp = ftp_at_600ms(tmp_path / "ncftp", "ncftp-3.2.2")
+    applied = ncftp["env"]["tcp_profiles"]["clientA"]
+    assert applied["net.ipv4.tcp_window_scaling"] == "0"
+    assert all("initcwnd 3" in r for r in applied["routes"])
+    assert abs(ncftp["throughput"] / WINDOW_CAP_BPS - 1) < 0.15, ncftp["throughput"]
+    modern = ftp_at_600ms(tmp_path / "modern", "modern")
+    assert modern["throughput"] > 1.5 * WINDOW_CAP_BPS, modern["throughput"]
+
+
+@needs_root
+def test_a_setting_the_kernel_cannot_honour_fails_with_one_line(tmp_path, monkeypatch):
+    (tmp_path / "vegas.yaml").write_text("congestion_control: vegas-not-here\n")
+    monkeypatch.setattr(tcp_profiles, "PROFILE_DIR", str(tmp_path))
+    cfg = RunConfig(client="ping", captures="none", analyze=False, profiles={"clientA": "vegas"})
+    with pytest.raises(SatbedError) as err:
+        run(cfg, str(tmp_path / "runs"))
+    assert "congestion_control" in str(err.value) and "vegas-not-here" in str(err.value)
+    assert "\n" not in str(err.value)

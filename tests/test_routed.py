@@ -1,0 +1,132 @@
+"""Topologies beyond the chain, on real namespaces: routers forward and
+route between subnets, several emulated links each hold their own delay, a
+router port's drop-tail queue drops under overload, a one-sided PEP splits."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import tempfile
+import time
+
+import pytest
+import yaml
+
+from satbed import emulation, topology
+from satbed.emulation import LinkConfig
+from satbed.proc import BIN_DIR
+from satbed.testbed import running
+
+from satbed_testlib import needs_root
+
+pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),
+                                             reason="bin/satemu not built (make build)")]
+
+SPOOFING = yaml.safe_load(open(topology.find("spoofing")))
+
+
+def spec_with(mutate=None) -> topology.TopologySpec:
+    doc = copy.deepcopy(SPOOFING)
+    if mutate:
+        mutate(doc)
+    return topology.parse(doc, source="test")
+
+
+def start_links(tb, links: dict[str, LinkConfig]) -> list:
+    emus = []
+    scratch = tempfile.mkdtemp(prefix="satbed-test-")
+    for name, cfg in links.items():
+        emu = emulation.make(tb.nodes[name], cfg, scratch, stats_dir=os.path.join(scratch, name))
+        emu.start()
+        emus.append(emu)
+    return emus
+
+
+def ping(src, dst, count: int = 1, interval: float = 0.2) -> str:
+    return src.run(["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "3", str(dst.ip.ip)],
+                   timeout=30).stdout
+
+
+def test_two_routers_forward_and_ttl_drops_by_the_router_count():
+    bridge = LinkConfig.symmetric(backend="bridge")
+    with running(spec_with(), bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": bridge, "sat": bridge})
+        try:
+            h1, h3, h4, h5 = (tb.host(h) for h in ("h1", "h3", "h4", "h5"))
+            # Echo replies start at TTL 64; each router on the way takes one.
+            assert "ttl=62" in ping(h1, h5)        # r2, r1
+            assert "ttl=63" in ping(h5, h3)        # r1
+            assert "ttl=63" in ping(h1, h4)        # r2
+            assert "ttl=62" in ping(h4, h3)        # r1, r2
+            route = tb.routers["r1"].run(["ip", "route", "get", "10.0.1.2"]).stdout
+            assert "via 10.0.10.2" in route
+        finally:
+            for e in emus:
+                e.stop()
+
+
+def test_two_emulated_links_each_hold_their_own_delay():
+    inet = LinkConfig.symmetric(rate="100mbit", rtt_ms=20, backend="userspace")
+    sat = LinkConfig.symmetric(rate="100mbit", rtt_ms=100, backend="userspace")
+    with running(spec_with(), bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": inet, "sat": sat})
+        try:
+            h1, h3, h5 = tb.host("h1"), tb.host("h3"), tb.host("h5")
+            ping(h1, h5)        # neighbours resolved before timing
+            out = ping(h1, h5, count=20)
+            rtts = [float(x) for x in re.findall(r"time=([\d.]+)", out)]
+            avg = sum(rtts) / len(rtts)
+            assert abs(avg - 120) < 2, rtts
+            # h3 -> h5 crosses neither link.
+            out = ping(h3, h5, count=5)
+            assert max(float(x) for x in re.findall(r"time=([\d.]+)", out)) < 10
+        finally:
+            stats = [e.stop() for e in emus]
+    assert all(s["backend"] == "userspace" for s in stats)
+
+
+def test_router_queue_of_20_packets_drops_under_overload_and_counts_it():
+    def small_queue(doc):
+        doc["routers"]["r1"]["interfaces"]["wan"] = {"ip": "10.0.10.1/24", "rate": "10mbit", "queue": 20}
+    spec = spec_with(small_queue)
+    assert spec.routers["r1"].queues["wan"].packets == 20
+    bridge = LinkConfig.symmetric(backend="bridge")
+    with running(spec, bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": bridge, "sat": bridge})
+        try:
+            h5, h4 = tb.host("h5"), tb.host("h4")
+            r1 = tb.routers["r1"]
+            before = r1.queue_stats("wan")
+            assert before["kind"] == "pfifo" and before["dropped"] == 0
+            server = h4.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
+            # 30 Mbit/s offered into a 10 Mbit/s port.
+            h5.run(["nuttcp", "-u", "-T3", "-l1400", "-R30m", str(h4.ip.ip)], timeout=30, check=False)
+            after = r1.queue_stats("wan")
+            server.terminate()
+            server.wait(timeout=5)
+        finally:
+            for e in emus:
+                e.stop()
+    assert after["dropped"] > 1000, after
+    assert after["sent_packets"] > 2000, after
+    # The queue never held more than its limit.
+    assert after["backlog_packets"] <= 20
+
+
+def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
+    from satbed.runner import PepPlacement, RunConfig, run
+    cfg = RunConfig(client="ftp", topology="spoofing", size_bytes=1 << 20, captures="none", analyze=False,
+                    link=LinkConfig.symmetric(rate="2mbit", rtt_ms=100, backend="userspace"),
+                    links={"inet": LinkConfig.symmetric(rate="10mbit", rtt_ms=10, backend="userspace")},
+                    peps={"h2": PepPlacement("pepd")}, endpoints=["h1", "h5"])
+    run_dir, result = run(cfg, str(tmp_path))
+    assert result["integrity"] == "ok", result
+    node = result["pep"]["nodes"]["h2"]
+    assert node["pep"] == "pepd" and node["side"] == "a"
+    assert result["pep"]["connections_split"] >= 1, result["pep"]
+    # Both links were up with their own settings.
+    assert set(result["emulators"]) == {"inet", "sat"}
+    assert result["emulators"]["inet"]["config"]["a_to_b"]["delay_ms"] == 5
