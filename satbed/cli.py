@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 
@@ -36,14 +37,14 @@ def _seconds(v: str) -> float:
         s = float(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not s > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {v!r}")
+    if not 0 < s < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {v!r}")
     return s
 
 
 def link_from(args: argparse.Namespace):
     from satbed.emulation import LinkConfig
-    extra = {"queue_packets": args.queue} if args.queue else {}
+    extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
 
@@ -55,6 +56,7 @@ RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M",
 
 
 def scenario_config(args: argparse.Namespace):
+    import yaml
     """A scenario's configuration, through the same path as a matrix cell;
     flags typed beside --scenario override the file."""
     from satbed import matrix, scenario
@@ -63,7 +65,15 @@ def scenario_config(args: argparse.Namespace):
         raise SatbedError("--scenario names its own topology; drop --topology")
     params = {k: default for k, (_, default) in matrix.PARAMS.items()}
     params["graphs"] = True
-    given = {k: getattr(args, k) for k, default in RUN_PARAMS.items() if getattr(args, k) != default}
+    given = {k: getattr(args, k) for k in RUN_PARAMS if k in args.typed}
+    for item in args.set or []:
+        path, eq, text = item.partition("=")
+        if not eq or "." not in path:
+            raise SatbedError(f"--set {item!r}: give PATH=VALUE, e.g. links.sat.ber=1e-5")
+        try:
+            given[path] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise SatbedError(f"--set {item!r}: the value is not valid YAML") from None
     for k, v in {**sc.params, **given}.items():
         params[k] = matrix._normalise(k, k, v)
     params["analyze"] = params["analyze"] and not args.no_analysis
@@ -74,6 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
     if args.scenario:
         cfg = scenario_config(args)
+    elif args.set:
+        raise SatbedError("--set changes a scenario: give --scenario too")
     else:
         cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
                                link=link_from(args), size_bytes=parse_size(args.size),
@@ -206,10 +218,17 @@ def cmd_pep_check(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="satbed", description="network-emulation testbed for satellite links")
+    p = Parser(prog="satbed", description="network-emulation testbed for satellite links")
     p.add_argument("--version", action="version", version=f"satbed {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     r = sub.add_parser("run", help="one experiment on a fresh testbed")
     r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
@@ -221,7 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--topology", default="globalhawk")
     r.add_argument("--scenario", metavar="NAME", help="a scenario (scenarios/NAME.yaml or a path): topology, "
                                                       "links, PEPs, TCP profiles, workload; flags given beside it override it")
-    r.add_argument("--captures", default="headers", help="headers (default), full or none")
+    r.add_argument("--set", action="append", metavar="PATH=VALUE",
+                   help="with --scenario: change one value of the file, e.g. links.sat.ber=1e-5, "
+                        "workload.traffic.groups.0.concurrent=50, topology.routers.r1.interfaces.wan.queue=20")
+    r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
+                   help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
     r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
                    help="stop a transfer still running after S seconds and measure what it delivered")
@@ -230,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="testbed backend: namespaces (mininet) or containers (docker; `make images` first)")
     link_args(r)
     r.set_defaults(fn=cmd_run)
+    p.run_parser = r
 
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
@@ -276,7 +300,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.typed = set()
+    if args.command == "run":
+        # Which options were typed (a scenario's values give way only to those):
+        # argparse fills a default only where the namespace has no value yet.
+        words = list(sys.argv[1:] if argv is None else argv)
+        unset = object()
+        probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
+        parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
+        args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
     try:
         if getattr(args, "needs_root", True):
             from satbed.proc import require_root

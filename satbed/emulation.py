@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from satbed.errors import SatbedError
 from satbed.net import TransparentNode
 from satbed.proc import our_binary
-from satbed.units import parse_ber, parse_delay_ms, parse_rate
+from satbed.units import frame_error_rate, parse_ber, parse_delay_ms, parse_rate
 
 BACKENDS = ("auto", "userspace", "tc", "bridge")
 MTU_FRAME = 1514            # bytes HTB charges for a full 1500-byte packet (Ethernet header, no FCS)
@@ -45,8 +45,26 @@ class Direction:
     profile: str | None = None
 
     def validate(self, where: str) -> None:
-        if self.rate_bps is not None and self.rate_bps <= 0:
-            raise SatbedError(f"{where}: rate must be positive")
+        # Values come from YAML too: a string where a number belongs is an error, not a TypeError.
+        for name in ("rate_bps", "ceil_bps", "burst_bytes", "cburst_bytes", "queue_packets", "queue_bytes"):
+            v = getattr(self, name)
+            if v is None and name in ("rate_bps", "ceil_bps"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SatbedError(f"{where}: {name} must be a whole number, got {v!r}")
+        for name in ("delay_ms", "ber"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SatbedError(f"{where}: {name} must be a number, got {v!r}")
+        for name in ("gilbert_elliott", "outage"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise SatbedError(f"{where}: {name} must be a mapping, got {getattr(self, name)!r}")
+        if self.profile is not None and not isinstance(self.profile, str):
+            raise SatbedError(f"{where}: profile must be a file name, got {self.profile!r}")
+        if self.rate_bps is not None:
+            parse_rate(self.rate_bps)
+        if self.ceil_bps is not None:
+            parse_rate(self.ceil_bps)
         if self.ceil_bps is not None and self.rate_bps is not None and self.ceil_bps < self.rate_bps:
             raise SatbedError(f"{where}: ceil ({self.ceil_bps} bit/s) is below rate ({self.rate_bps} bit/s)")
         parse_delay_ms(self.delay_ms, f"{where} delay")
@@ -58,7 +76,7 @@ class Direction:
 
     def per(self, frame_bytes: int = MTU_FRAME) -> float:
         """Frame error rate of this direction's BER for a frame size."""
-        return 1 - (1 - self.ber) ** (8 * frame_bytes)
+        return frame_error_rate(self.ber, frame_bytes)
 
     def needs_emulation(self) -> bool:
         return bool(self.delay_ms or self.ber or self.gilbert_elliott or self.outage or self.profile)
@@ -84,7 +102,7 @@ class LinkConfig:
                 raise SatbedError("--emulator bridge is a plain bridge: it takes no --rate, --rtt or --ber")
             base = Direction(rate_bps=None, ceil_bps=None)
         elif rate is None:
-            base = Direction()
+            base = Direction(ceil_bps=parse_rate(ceil)) if ceil else Direction()
         else:
             r = parse_rate(rate)
             base = Direction(rate_bps=r, ceil_bps=parse_rate(ceil) if ceil else r)
@@ -98,12 +116,14 @@ class LinkConfig:
         try:
             cfg = cls(Direction(**doc.get("a_to_b", {})), Direction(**doc.get("b_to_a", {})),
                       int(doc.get("seed", 1)), str(doc.get("backend", "auto")))
-        except TypeError as e:
+        except (TypeError, ValueError, AttributeError) as e:
             raise SatbedError(f"bad link configuration: {e}") from None
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise SatbedError(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
         if self.backend not in BACKENDS:
             raise SatbedError(f"unknown emulator backend {self.backend!r} (known: {', '.join(BACKENDS)})")
         self.a_to_b.validate("a_to_b")

@@ -48,8 +48,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import yaml
 
+from satbed import paths, records, yamlfile
 from satbed.emulation import SPIN_ENV
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
@@ -63,6 +63,9 @@ TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and 
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
 SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound bursts of ~1.5 s
+MAX_CELLS = 10_000          # about a week of 100 MB cells on 2 cores
+CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
+EXIT_FILE = "cell.exit"     # its exit status, written as it ends
 
 
 def _choice(*allowed: str):
@@ -179,8 +182,9 @@ class Cell:
 
     def label(self) -> str:
         p = self.params
+        paths = "".join(f" {k}={v}" for k, v in sorted(p.items()) if "." in k)
         return (f"{p['client']}/{p['pep']} rtt={p['rtt']:g} ber={p['ber']:g} "
-                f"size={human_size(p['size'])} #{self.repetition}")
+                f"size={human_size(p['size'])}{paths} #{self.repetition}")
 
 
 @dataclass
@@ -200,15 +204,7 @@ def human_size(n: int) -> str:
 
 def load(path: str, backend: str = "mininet", repetitions: int | None = None) -> Experiment:
     """Read and validate an experiment file; every error is one line naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        raise SatbedError(f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    doc = yamlfile.load(path, "experiment file")
     from satbed import scenario
     if scenario.is_scenario(doc):
         try:
@@ -264,6 +260,9 @@ def _build(doc, path: str, backend: str) -> Experiment:
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise SatbedError(f"axes.{k}: repeated value")
         axis_values.append((k, values))
+    total = reps * math.prod(len(values) for _, values in axis_values)
+    if total > MAX_CELLS:
+        raise SatbedError(f"{total} cells: more than {MAX_CELLS} (split the experiment)")
     combos = [dict(base)]
     for k, values in axis_values:
         combos = [{**c, k: v} for c in combos for v in values]
@@ -289,6 +288,13 @@ def _check_peps(names: set[str], backend: str) -> None:
 
 
 def _normalise(where: str, key: str, value):
+    if "." in key:
+        from satbed import scenario
+        try:
+            scenario.check_path(key)
+        except SatbedError as e:
+            raise SatbedError(f"{where}: {e}") from None
+        return value
     if key not in PARAMS:
         raise SatbedError(f"{where}: unknown parameter (known: {', '.join(PARAMS)})")
     try:
@@ -311,9 +317,18 @@ def run_config(params: dict, repetition: int):
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),
                                    b_to_a=dataclasses.replace(link.b_to_a, **params["link"]))
     extra = {}
+    paths = {k: v for k, v in params.items() if "." in k}
     if params.get("scenario"):
         from satbed import scenario
-        extra = scenario.extras(scenario.read(params["scenario"]), params["scenario"], seed)
+        doc = scenario.read(params["scenario"])
+        scen_paths, topo_paths = scenario.split_overrides(paths)
+        for k, v in scen_paths.items():
+            doc = scenario.set_path(doc, k, v)
+        extra = scenario.extras(doc, params["scenario"], seed)
+        if topo_paths:
+            extra["topology_overrides"] = topo_paths
+    elif paths:
+        raise SatbedError(f"{next(iter(paths))}: dotted paths need a scenario file")
     cfg = RunConfig(client=params["client"], pep=params["pep"], pep_options=params["pep_options"], link=link,
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
@@ -340,7 +355,6 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
                 cell_cost(cfg))
 
 
-FRAME_BITS = 1500 * 8
 MATHIS_C = 3.0
 MSS_BITS = 1448 * 8
 
@@ -355,7 +369,7 @@ def expected_goodput(cfg) -> float:
     limit ends those cells). The higher C keeps the admission's cost of such
     cells from being underestimated."""
     rate = cfg.link.rate_bps or 1e9
-    per = 1 - (1 - cfg.link.a_to_b.ber) ** FRAME_BITS
+    per = cfg.link.a_to_b.per()
     goodput = 0.95 * rate * (1 - per)
     from satbed import clients
     cls = clients.REGISTRY.get(cfg.client)
@@ -581,9 +595,59 @@ class Child:
     reason: str = ""          # timeout | interrupted
 
 
+class Orphan:
+    """A cell child that a killed matrix left running in its own session. A
+    resumed matrix adopts it instead of deleting its directory and starting
+    the cell again: it is watched by pid and start time, and its exit status
+    is the one run_cell_child wrote (none: it was killed)."""
+
+    def __init__(self, pid: int, start: int, cell_dir: str):
+        self.pid, self.start, self.cell_dir = pid, start, cell_dir
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and records.start_time(self.pid) != self.start:
+            self.returncode = read_exit(self.cell_dir)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"cell pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if records.start_time(self.pid) == self.start:
+            os.kill(self.pid, sig)
+
+
+def running_child(cell_dir: str) -> tuple[int, int] | None:
+    """(pid, start time) of the process still running this cell, if any."""
+    try:
+        with open(os.path.join(cell_dir, CHILD_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        pid, start = int(doc["pid"]), int(doc["start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, start) if records.start_time(pid) == start else None
+
+
+def read_exit(cell_dir: str) -> int:
+    """The exit status a cell child recorded; -9 (killed) when it recorded none."""
+    try:
+        with open(os.path.join(cell_dir, EXIT_FILE), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return -signal.SIGKILL
+
+
 def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
+    if running_child(cell_dir):
+        raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
     if os.path.isdir(cell_dir):
         shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
     os.makedirs(cell_dir)
@@ -596,11 +660,15 @@ def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> su
         # Cells side by side: satemu's busy-waiting would take the CPU the others need.
         env.setdefault(SPIN_ENV, "0")
     try:
-        return subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=REPO_ROOT)
+        child = subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True, cwd=REPO_ROOT)
     finally:
         log.close()
+    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
+    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
+    return child
 
 
 def run_cell_child(cell_dir: str) -> int:
@@ -610,6 +678,14 @@ def run_cell_child(cell_dir: str) -> int:
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
+    rc = _run_cell(cell_dir)
+    # Written last: a cell without it was killed before it finished.
+    with open(os.path.join(cell_dir, EXIT_FILE), "w", encoding="ascii") as f:
+        f.write(f"{rc}\n")
+    return rc
+
+
+def _run_cell(cell_dir: str) -> int:
     from satbed import runner
     with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
         doc = json.load(f)
@@ -659,6 +735,9 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None) -> 
         error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
     elif rc == 0 and not error:
         status = "limited" if metrics.get("time_limited") else "ok"
+    elif rc is not None and (rc < 0 or rc >= 128):
+        # Killed (SIGKILL, SIGTERM from outside): not a result; a resumed matrix redoes it.
+        status, error = "interrupted", error or f"cell process killed (exit {rc})"
     else:
         status = "failed"
         if not error and rc == 3:
@@ -706,7 +785,7 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     require_root()
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
-    out = os.path.abspath(out)      # cells run from the repository root
+    out = paths.results_dir(out)    # absolute: cells run from the repository root
     os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     # One matrix per results directory: two would run the same cells twice.
     lock = open(os.path.join(out, ".lock"), "w")
@@ -724,11 +803,13 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
 def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream) -> dict:
     host = host_info()
     with Store(os.path.join(out, "results.sqlite")) as store:
-        todo, skipped = [], 0
+        todo, skipped, adopted = [], 0, []
         for cell in exp.cells:
             row = store.get(cell.hash)
             if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
+            elif live := running_child(os.path.join(out, "cells", cell.hash)):
+                adopted.append((cell, Orphan(*live, os.path.join(out, "cells", cell.hash))))
             else:
                 todo.append(cell)
         admit = Admission.for_host(jobs, host)
@@ -740,8 +821,13 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
                      f"{len(todo)} to run ({admit.describe()}) into {out}\n")
         stream.flush()
-        progress = Progress(len(todo), parallel, stream)
+        progress = Progress(len(todo) + len(adopted), parallel, stream)
         running: dict[str, Child] = {}
+        for cell, orphan in adopted:
+            now = time.monotonic()
+            stream.write(f"satbed matrix: cell {cell.hash} is still running from a killed matrix "
+                         f"(pid {orphan.pid}): waiting for it\n")
+            running[cell.hash] = Child(cell, orphan, time.time(), now, now + cell.timeout_s)
         pending = list(todo)
         counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
         outcome = "interrupted"

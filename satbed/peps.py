@@ -8,6 +8,7 @@ meeting the image contract, driven through its own ENTRYPOINT verbs."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -80,6 +81,21 @@ def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, o
         "SATBED_PEP_ROLE": side,
         "SATBED_PEP_ADDR": address,
     }
+
+
+def describe(name: str) -> dict:
+    """What environment.json records of a PEP: its adapter's digest, and the
+    digest of satbed's own binary behind it where there is one."""
+    out = {"name": name, "adapter_sha256": _sha256(check(name))}
+    binary = os.path.join(BIN_DIR, name)
+    if os.path.isfile(binary):
+        out["binary_sha256"] = _sha256(binary)
+    return out
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 class Pep:

@@ -10,19 +10,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
-from satbed import clients, counters, emulation, environment, peps, topology, traffic
+from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
-from satbed.testbed import Testbed
+from satbed.clients.transfer import keep_files_wanted
+from satbed.testbed import Testbed, remove_run_files
 
 DIRECTIONS = ("download", "upload")
+CAPTURES = ("headers", "full", "none")
+# result.json and config.json carry it; 2: routers, several links, per-node PEPs, plan/, traffic, counters.
+RESULT_FORMAT = 2
 
 
 @dataclass
@@ -54,11 +63,16 @@ class RunConfig:
     traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
     main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
     scenario: str = ""                                              # the scenario file it came from
+    topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
 
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario")
+    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
+                  "topology_overrides")
 
     def validate(self) -> None:
-        topology.find(self.topology)
+        if self.topology_overrides:
+            topology.load(self.topology, self.topology_overrides)
+        else:
+            topology.find(self.topology)
         clients.get(self.client)
         peps.check(self.pep)
         for node, placement in self.peps.items():
@@ -69,7 +83,9 @@ class RunConfig:
             traffic.TrafficSpec.from_dict(self.traffic)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
+        if self.captures not in CAPTURES:
+            raise SatbedError(f"unknown captures {self.captures!r} (known: {', '.join(CAPTURES)})")
+        if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):
             raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
         self.link.validate()
 
@@ -193,8 +209,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         peps.check_backend(name, backend)
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
-    out = os.path.abspath(out)
-    spec = topology.load(cfg.topology)
+    out = paths.results_dir(out)
+    # The payload and the received copy sit in the run directory side by side.
+    paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
+    spec = topology.load(cfg.topology, cfg.topology_overrides)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
     tb = Testbed(spec, backend=backend)
@@ -202,10 +220,12 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
     run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "topology_spec": spec.to_dict(),
+    tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
+    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
+                                                      "topology_spec": spec.to_dict(),
                                                       "plan": the_plan.to_dict()})
 
-    result: dict = {"client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
+    result: dict = {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
                     "started": time.time(), "testbed_prefix": tb.prefix}
     env = environment.collect()
     emus: dict[str, emulation.Emulator] = {}
@@ -233,6 +253,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
             pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, run_dir, placement.options)
             pep_list.append(pep)
+            env.setdefault("peps", {})[name] = peps.describe(placement.name)
             pep.start()
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
@@ -260,34 +281,41 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
-        if background is not None:
-            result["traffic"] = _safely(background.stop, result)
-        if sampler is not None:
-            result["counters"] = _safely(sampler.stop, result)
-        if caps is not None:
-            result["captures"] = _safely(caps.stop, result)
-        if pep_list:
-            nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
-                     for p in pep_list}
-            result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
-                             "nodes": nodes,
-                             "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
-                                                      if isinstance(n.get("connections_split", 0), int))}
-        if emus:
-            stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
-            primary = the_plan.primary or next(iter(emus))
-            result["emulator"] = stopped[primary]
-            if several:
-                result["emulators"] = stopped
-            env["emulator"] = {"backend": emus[primary].backend}
-            if getattr(emus[primary], "spin_us", None) is not None:
-                env["emulator"]["spin_us"] = emus[primary].spin_us
-        _safely(tb.stop, result)
-        result["finished"] = time.time()
-        if failure is not None:
-            result["error"] = _describe(failure)
-        write_json(os.path.join(run_dir, "environment.json"), env)
-        write_json(os.path.join(run_dir, "result.json"), result)
+        # A second Ctrl-C must not cut the teardown short: it is noted, and
+        # the run ends as interrupted once everything is removed.
+        with shielded() as late:
+            if background is not None:
+                result["traffic"] = _safely(background.stop, result)
+            if sampler is not None:
+                result["counters"] = _safely(sampler.stop, result)
+            if caps is not None:
+                result["captures"] = _safely(caps.stop, result)
+            if pep_list:
+                nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
+                         for p in pep_list}
+                result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
+                                 "nodes": nodes,
+                                 "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
+                                                          if isinstance(n.get("connections_split", 0), int))}
+            if emus:
+                stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
+                primary = the_plan.primary or next(iter(emus))
+                result["emulator"] = stopped[primary]
+                if several:
+                    result["emulators"] = stopped
+                env["emulator"] = {"backend": emus[primary].backend}
+                if getattr(emus[primary], "spin_us", None) is not None:
+                    env["emulator"]["spin_us"] = emus[primary].spin_us
+            _safely(tb.stop, result)
+            result["finished"] = time.time()
+            if failure is None and late:
+                failure = KeyboardInterrupt()
+            if failure is not None:
+                result["error"] = _describe(failure)
+            write_json(os.path.join(run_dir, "environment.json"), env)
+            write_json(os.path.join(run_dir, "result.json"), result)
+            if not keep_files_wanted():
+                remove_run_files(run_dir)
     if failure is not None:
         if isinstance(failure, SatbedError):
             raise SatbedError(f"{failure} (run directory: {run_dir})") from None
@@ -295,6 +323,29 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     if cfg.analyze and cfg.captures != "none":
         result = analyze(run_dir, result, graphs=cfg.graphs)
     return run_dir, result
+
+
+@contextmanager
+def shielded() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM held off for a block (the teardown): they are
+    recorded in the yielded list instead of raised. Outside the main thread
+    signals cannot be handled, and there is nothing to shield."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    caught: list[int] = []
+
+    def note(signum, frame):
+        if not caught:
+            print("satbed: tearing the testbed down; please wait", file=sys.stderr, flush=True)
+        caught.append(signum)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def vantage_points(tb: Testbed, the_plan: Plan) -> dict:

@@ -29,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import yaml
 
+from satbed import yamlfile
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
 from satbed.units import parse_ber, parse_delay_ms, parse_rate, parse_size
@@ -59,15 +59,7 @@ def find(name_or_path: str) -> str:
 
 
 def read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        raise SatbedError(f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    doc = yamlfile.load(path, "scenario")
     if not isinstance(doc, dict):
         raise SatbedError(f"{path}: a scenario is a mapping (topology:, workload:, ...)")
     return doc
@@ -138,6 +130,54 @@ def parse(doc: dict, path: str) -> Scenario:
                   str(doc.get("description") or ""), params, m, doc)
     extras(sc.doc, path, seed=1)       # validate now: every error before any testbed
     return sc
+
+
+# Where a dotted path may point: what a sweep (matrix axes) or `satbed run --set`
+# changes beyond the matrix parameters.
+PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "topology")
+
+
+def check_path(path: str) -> str:
+    if not any(path == r or path.startswith(r + ".") for r in PATH_ROOTS) or ".." in path or path.endswith("."):
+        raise SatbedError(f"{path!r}: a dotted path into the scenario starts with "
+                          f"{', '.join(r + '.' for r in PATH_ROOTS)} (e.g. links.sat.ber, "
+                          f"workload.traffic.groups.0.concurrent, topology.routers.r1.interfaces.wan.queue)")
+    return path
+
+
+def set_path(doc: dict, path: str, value, where: str = "") -> dict:
+    """A copy of doc with the value at a dotted path (list items by index;
+    missing mappings are made)."""
+    import copy
+    out = copy.deepcopy(doc)
+    node = out
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise SatbedError(f"{where or path}: no item {part} in {'.'.join(parts[:i]) or 'the file'}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise SatbedError(f"{where or path}: {'.'.join(parts[:i])} is not a mapping or a list")
+    return out
+
+
+def split_overrides(overrides: dict) -> tuple[dict, dict]:
+    """(scenario paths, topology paths without their `topology.` prefix)."""
+    scen = {k: v for k, v in overrides.items() if not k.startswith("topology.")}
+    topo = {k[len("topology."):]: v for k, v in overrides.items() if k.startswith("topology.")}
+    return scen, topo
 
 
 def topology_doc(path: str) -> dict | None:

@@ -131,3 +131,29 @@ def test_routed_scenario_on_containers(tmp_path):
         env = json.load(f)
     assert env["testbed"]["backend"] == "docker"
     assert {"r1", "r2", "h2", "sat", "inet"} <= set(env["testbed"]["nodes"])
+
+
+def test_sweeps_reach_into_links_traffic_and_the_topology(tmp_path):
+    doc = yaml.safe_load(open(scenario.find("spoofing")))
+    doc["matrix"] = {"repetitions": 1, "axes": {
+        "links.inet.queue": [20, 80],
+        "workload.traffic.groups.0.concurrent": [1, 50],
+        "topology.routers.r1.interfaces.wan.queue": [10, 100]}}
+    exp = matrix.load(write(tmp_path, doc))
+    assert len(exp.cells) == 8
+    cfgs = [c.config for c in exp.cells]
+    assert {c["links"]["inet"]["a_to_b"]["queue_packets"] for c in cfgs} == {20, 80}
+    assert {c["traffic"]["groups"][0]["concurrent"] for c in cfgs} == {1, 50}
+    assert {c["topology_overrides"]["routers.r1.interfaces.wan.queue"] for c in cfgs} == {10, 100}
+    assert len({c.hash for c in exp.cells}) == 8
+    assert "links.inet.queue=20" in exp.cells[0].label()
+
+
+@pytest.mark.parametrize("axis, message", [
+    ("colour.x", "dotted path into the scenario"),
+    ("topology.routers.r1.interfaces.wan.queue", "queue must hold at least one packet"),
+])
+def test_bad_sweep_paths_are_one_line(tmp_path, axis, message):
+    doc = {**BASE, "matrix": {"axes": {axis: [0]}}}
+    with pytest.raises(SatbedError, match=message):
+        matrix.load(write(tmp_path, doc))

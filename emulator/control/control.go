@@ -92,13 +92,29 @@ type Server struct {
 	h    Handler
 }
 
-// Listen creates the socket (replacing a stale file at path).
+// Listen creates the socket (replacing a stale file at path), readable and
+// writable by its owner only whatever the umask: whoever can connect can
+// reconfigure the link. It is bound under a temporary name, restricted, then
+// renamed into place, so it is never reachable with a wider mode.
 func Listen(path string, h Handler) (*Server, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		_ = os.Remove(path)
 	}
-	ln, err := net.Listen("unix", path)
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false) // Serve removes the final name
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	return &Server{ln: ln, path: path, h: h}, nil

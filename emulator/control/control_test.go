@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -58,6 +60,9 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v (err %v), want 0600 whatever the umask", fi.Mode().Perm(), err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Serve(ctx); close(done) }()
@@ -81,6 +86,23 @@ func TestServer(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("server did not stop")
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket %s left behind (%v)", path, err)
+	}
+}
+
+func TestSocketModeIgnoresUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "open.sock")
+	s, err := Listen(path, &fakeHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("under umask 000 the socket is %v (err %v), want 0600", fi.Mode().Perm(), err)
 	}
 }
 
