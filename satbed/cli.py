@@ -102,12 +102,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
+    from satbed import topology
+    spec = topology.load(args.topology)
+    if args.backend == "docker":
+        from satbed import docker
+        from satbed.nodeshell import NodeShell
+        from satbed.testbed import Testbed
+        tb = Testbed(spec, backend="docker")
+        try:
+            with docker.options(record=tb.record):
+                tb.start()
+            NodeShell(tb).cmdloop()
+        finally:
+            tb.stop()
+        return 0
+
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
-    from satbed import topology
     from satbed.testbed import running
-    with running(topology.load(args.topology)) as tb:
+    with running(spec) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
         setLogLevel("output")     # the CLI prints through Mininet's log
         CLI(tb.mininet())
@@ -213,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="one experiment on a fresh testbed")
     r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
-    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...)")
+    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...), or with "
+                                                 "--backend docker any PEP image (lab/pep:1; pep/CONTRACT.md)")
     r.add_argument("--pep-options", default="", help="key=value options passed to the PEP adapter")
     r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
     r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
@@ -237,7 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
+    c.add_argument("--backend", default="mininet", choices=("mininet", "docker"),
+                   help="namespaces (mininet) or containers (docker; `make images` first)")
     c.set_defaults(fn=cmd_cli)
+
+    from satbed import compose
+    compose.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")
     cl.add_argument("--json", action="store_true")

@@ -266,6 +266,7 @@ def _build(doc, path: str, backend: str) -> Experiment:
     combos = [dict(base)]
     for k, values in axis_values:
         combos = [{**c, k: v} for c in combos for v in values]
+    _check_peps({c["pep"] for c in combos}, backend)
     exp = Experiment(name, path, str(doc.get("description") or ""))
     seen: set[str] = set()
     for params in combos:
@@ -275,6 +276,15 @@ def _build(doc, path: str, backend: str) -> Experiment:
                 seen.add(cell.hash)
                 exp.cells.append(cell)
     return exp
+
+
+def _check_peps(names: set[str], backend: str) -> None:
+    """PEP images exist and declare the contract before any cell starts."""
+    from satbed import docker, peps
+    for name in sorted(names):
+        peps.check_backend(name, backend)
+        if peps.is_image(name):
+            docker.pep_image(name)
 
 
 def _normalise(where: str, key: str, value):

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic
+from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic, watch
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -108,9 +108,9 @@ class RunConfig:
     def slug(self) -> str:
         if self.scenario:
             name = os.path.splitext(os.path.basename(self.scenario))[0]
-            used = sorted(({p.name for p in self.peps.values()} | {self.pep}) - {"none"})
+            used = sorted(({peps.slug(p.name) for p in self.peps.values()} | {peps.slug(self.pep)}) - {"none"})
             return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
-        return (f"{self.client}-{self.pep}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
+        return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
 
 
@@ -198,6 +198,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
+    for name in {cfg.pep, *(p.name for p in cfg.peps.values())}:
+        peps.check_backend(name, backend)
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
     out = paths.results_dir(out)
@@ -261,7 +263,12 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        with peps.guarded(pep_list):       # a dead PEP is named, not the client it stranded
+        # Outages and profiles count from here: the main flow's start.
+        clocks = {name: emu.start_clock() for name, emu in emus.items()}
+        if any(v is not None for v in clocks.values()):
+            result["schedule_clock_started_s"] = clocks
+        # A dead PEP or emulator is named, not the client it stranded.
+        with watch.guarded(pep_list, list(emus.values())):
             result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc

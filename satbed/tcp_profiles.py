@@ -61,7 +61,8 @@ class Profile:
         for key, value in self.sysctls.items():
             if not os.path.exists("/proc/sys/" + key.replace(".", "/")):
                 raise bad(key, "this kernel has no such setting")
-            cp = host.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+            # Through the sandbox: a container node's /proc/sys is read-only to it.
+            cp = host.sandbox.admin(host, ["sysctl", "-q", "-w", f"{key}={value}"])
             if cp.returncode != 0:
                 raise bad(key, f"refused {value!r}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else ''}")
         for key in ["net.ipv4.tcp_congestion_control", *self.sysctls]:
