@@ -235,6 +235,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep, pep_images):
             tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
         env["testbed"] = docker_backend.describe_testbed(tb)
+        if tb.tcp_profiles:
+            env["tcp_profiles"] = tb.tcp_profiles
+        if tb.queue_commands:
+            env["router_queues"] = tb.queue_commands
         several = len(the_plan.links) > 1
         for name, link in the_plan.links.items():
             node = tb.nodes[name]
@@ -272,10 +276,6 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
-        if tb.tcp_profiles:
-            env["tcp_profiles"] = tb.tcp_profiles
-        if tb.queue_commands:
-            env["router_queues"] = tb.queue_commands
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
