@@ -15,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from satbed import emulation, topology
+from satbed import counters, emulation, topology
 from satbed.emulation import LinkConfig
 from satbed.proc import BIN_DIR
 from satbed.testbed import running
@@ -96,25 +96,31 @@ def test_router_queue_of_20_packets_drops_under_overload_and_counts_it():
     bridge = LinkConfig.symmetric(backend="bridge")
     with running(spec, bridge_kinds=("pep",)) as tb:
         emus = start_links(tb, {"inet": bridge, "sat": bridge})
+        run_dir = tempfile.mkdtemp(prefix="satbed-test-")
         try:
             h5, h4 = tb.host("h5"), tb.host("h4")
             r1 = tb.routers["r1"]
-            before = r1.queue_stats("wan")
-            assert before["kind"] == "pfifo" and before["dropped"] == 0
             server = h4.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
-            # 30 Mbit/s offered into a 10 Mbit/s port.
-            h5.run(["nuttcp", "-u", "-T3", "-l1400", "-R30m", str(h4.ip.ip)], timeout=30, check=False)
-            after = r1.queue_stats("wan")
+            # The runner's sampler, on every router port.
+            with counters.CounterSampler([i for r in tb.routers.values() for i in r.intfs.values()],
+                                         run_dir) as sampler:
+                # 30 Mbit/s offered into a 10 Mbit/s port.
+                h5.run(["nuttcp", "-u", "-T3", "-l1400", "-R30m", str(h4.ip.ip)], timeout=30, check=False)
+            totals = sampler.stop()["ports"]
             server.terminate()
             server.wait(timeout=5)
         finally:
             for e in emus:
                 e.stop()
-    assert after["dropped"] > 1000, after
-    assert after["sent_packets"] > 2000, after
-    # The queue never held more than its limit.
-    assert after["backlog_packets"] <= 20
+    wan = totals["r1.wan"]
+    assert wan["kind"] == "htb", wan      # the root: the shaper, its 20-packet fifo below
+    assert wan["dropped"] > 1000, wan
+    assert wan["sent_packets"] > 2000, wan
+    # The queue never held more than its limit, and was full while overloaded.
+    assert 15 <= wan["backlog_packets_max"] <= 20, wan
+    # The other ports queue nothing.
+    assert totals["r2.sat"]["dropped"] == 0
 
 
 def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
