@@ -99,14 +99,43 @@ def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber
             receiver.wait()
     got = json.loads(out.strip().splitlines()[-1])
     expected = frame_error_rate(ber, frame)
-    half = 1.96 * math.sqrt(max(expected * (1 - expected), 1e-12) / count)
-    measured = 1 - got["received"] / count
-    return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": measured,
-            "per_expected": expected, "ci95": [max(0.0, expected - half), expected + half],
-            "inside_ci95": expected - half <= measured <= expected + half}
+    lost = count - got["received"]
+    lo, hi = binomial_acceptance(count, expected)
+    return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": lost / count,
+            "per_expected": expected, "ci95": [lo / count, hi / count], "inside_ci95": lo <= lost <= hi}
+
+
+def binomial_acceptance(n: int, p: float, level: float = 0.95) -> tuple[int, int]:
+    """The central range of lost-probe counts that n probes at loss
+    probability p give with the level's probability (exact binomial
+    quantiles): a normal approximation around p = 5e-5 calls one lost probe
+    in 3,000 an outlier, which it is not."""
+    if p <= 0:
+        return 0, 0
+    if p >= 1:
+        return n, n
+    tail = (1 - level) / 2
+    log_p, log_q = math.log(p), math.log1p(-p)
+    cdf, lo = 0.0, None
+    for k in range(n + 1):
+        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_p
+                        + (n - k) * log_q)
+        if lo is None and cdf >= tail:
+            lo = k
+        if cdf >= 1 - tail:
+            return lo if lo is not None else k, k
+    return lo if lo is not None else n, n
+
+
+SECONDS_RANGE = (3, 3600)          # the loaded RTT probe skips the first 2 s
+PROBES_RANGE = (100, 1_000_000)
 
 
 def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "globalhawk") -> dict:
+    for name, value, (low, high) in (("--seconds", seconds, SECONDS_RANGE), ("--probes", probes, PROBES_RANGE)):
+        if not low <= value <= high:
+            raise SatbedError(f"{name} must be within {low}..{high}, got {value}")
+    link.validate()
     spec = topology.load(topo)
     tb = Testbed(spec)
     emu = None
@@ -117,6 +146,7 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
         scratch = tempfile.mkdtemp(prefix="satbed-checklink-")
         emu = emulation.make(node, link, scratch)
         emu.start()
+        emu.start_clock()       # outages and profiles count from the measurement
         ground, aircraft = spec.host_with_role("ground"), spec.host_with_role("aircraft")
         if ground is None or aircraft is None:
             raise SatbedError(f"topology {spec.name}: check-link needs one host role: ground and one role: aircraft")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 
 from satbed import __version__
 from satbed.errors import SatbedError
-from satbed.units import parse_size
 
 
 def _terminate(signum, frame):
@@ -36,14 +36,14 @@ def _seconds(v: str) -> float:
         s = float(v)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not s > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {v!r}")
+    if not 0 < s < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {v!r}")
     return s
 
 
 def link_from(args: argparse.Namespace):
     from satbed.emulation import LinkConfig
-    extra = {"queue_packets": args.queue} if args.queue else {}
+    extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
 
@@ -54,16 +54,21 @@ RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M",
               "captures": "headers", "time_limit": None, "seed": 1, "topology": "globalhawk"}
 
 
-def scenario_config(args: argparse.Namespace):
+def run_config(args: argparse.Namespace):
+    """`satbed run`'s configuration through the one parameter table and the
+    path a matrix cell takes (matrix.PARAMS, matrix.run_config): defaults,
+    then the scenario's values, then the flags actually typed."""
     import yaml
-    """A scenario's configuration, through the same path as a matrix cell;
-    flags typed beside --scenario override the file."""
     from satbed import matrix, scenario
-    sc = scenario.load(args.scenario)
-    if args.topology != RUN_PARAMS["topology"]:
-        raise SatbedError("--scenario names its own topology; drop --topology")
     params = {k: default for k, (_, default) in matrix.PARAMS.items()}
     params["graphs"] = True
+    scenario_params: dict = {}
+    if args.scenario:
+        if "topology" in args.typed:
+            raise SatbedError("--scenario names its own topology; drop --topology")
+        scenario_params = scenario.load(args.scenario).params
+    elif args.set:
+        raise SatbedError("--set changes a scenario: give --scenario too")
     given = {k: getattr(args, k) for k in RUN_PARAMS if k in args.typed}
     for item in args.set or []:
         path, eq, text = item.partition("=")
@@ -73,24 +78,15 @@ def scenario_config(args: argparse.Namespace):
             given[path] = yaml.safe_load(text)
         except yaml.YAMLError:
             raise SatbedError(f"--set {item!r}: the value is not valid YAML") from None
-    for k, v in {**sc.params, **given}.items():
-        params[k] = matrix._normalise(k, k, v)
+    for k, v in {**scenario_params, **given}.items():
+        params[k] = matrix._normalise(f"--{k.replace('_', '-')}" if k in given else k, k, v)
     params["analyze"] = params["analyze"] and not args.no_analysis
     return matrix.run_config(params, 0)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
-    if args.scenario:
-        cfg = scenario_config(args)
-    elif args.set:
-        raise SatbedError("--set changes a scenario: give --scenario too")
-    else:
-        cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
-                               link=link_from(args), size_bytes=parse_size(args.size),
-                               direction=args.direction, topology=args.topology,
-                               captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
-                               time_limit_s=args.time_limit)
+    cfg = run_config(args)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
@@ -106,12 +102,26 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
+    from satbed import topology
+    spec = topology.load(args.topology)
+    if args.backend == "docker":
+        from satbed import docker
+        from satbed.nodeshell import NodeShell
+        from satbed.testbed import Testbed
+        tb = Testbed(spec, backend="docker")
+        try:
+            with docker.options(record=tb.record):
+                tb.start()
+            NodeShell(tb).cmdloop()
+        finally:
+            tb.stop()
+        return 0
+
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
-    from satbed import topology
     from satbed.testbed import running
-    with running(topology.load(args.topology)) as tb:
+    with running(spec) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
         setLogLevel("output")     # the CLI prints through Mininet's log
         CLI(tb.mininet())
@@ -203,14 +213,22 @@ def cmd_pep_check(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="satbed", description="network-emulation testbed for satellite links")
+    p = Parser(prog="satbed", description="network-emulation testbed for satellite links")
     p.add_argument("--version", action="version", version=f"satbed {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     r = sub.add_parser("run", help="one experiment on a fresh testbed")
     r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
-    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...)")
+    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...), or with "
+                                                 "--backend docker any PEP image (lab/pep:1; pep/CONTRACT.md)")
     r.add_argument("--pep-options", default="", help="key=value options passed to the PEP adapter")
     r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
     r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
@@ -220,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="PATH=VALUE",
                    help="with --scenario: change one value of the file, e.g. links.sat.ber=1e-5, "
                         "workload.traffic.groups.0.concurrent=50, topology.routers.r1.interfaces.wan.queue=20")
-    r.add_argument("--captures", default="headers", help="headers (default), full or none")
+    r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
+                   help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
     r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
                    help="stop a transfer still running after S seconds and measure what it delivered")
@@ -233,7 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
+    c.add_argument("--backend", default="mininet", choices=("mininet", "docker"),
+                   help="namespaces (mininet) or containers (docker; `make images` first)")
     c.set_defaults(fn=cmd_cli)
+
+    from satbed import compose
+    compose.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")
     cl.add_argument("--json", action="store_true")

@@ -3,21 +3,28 @@
 A container node stands in for a namespace node (satbed.net.Sandbox):
 
 - it starts with `--network none`, so its network namespace is empty until
-  satbed wires veths into it exactly as for a namespace node (Link creates the
-  veth inside node a with the peer `netns <pid>` of node b);
-- `--pid host`, so every pid satbed records is a host pid, and `ip ... netns
-  <pid>` run inside one container finds the other container's process;
-- processes run in it through nsenter into its mount, UTS, IPC and network
-  namespaces: they see the image's filesystem (its PEP, its servers), but stay
-  host processes, so signals (SIGINT ends a capture cleanly), pid records and
-  `satbed clean` work as for namespace nodes. `docker exec` would not forward
-  signals;
+  satbed wires veths into it exactly as for a namespace node (Link creates
+  each veth from the host straight into the two nodes' namespaces);
+- processes run in it as `docker exec` runs them: `runc exec` into the
+  container, so they have the container's capabilities, seccomp profile,
+  cgroup and pid namespace, and see the image's filesystem (its PEP, its
+  servers). Unlike the docker CLI, runc forwards signals (SIGINT ends a
+  capture cleanly) and returns the exit status; the caller's stdin, stdout
+  and stderr are passed through as they are (pipes, files, a pty);
+- satbed itself configures the node's network namespace from the host
+  (sysctls through `nsenter -n`): /proc/sys stays read-only to the node's own
+  programs, and no program in it can write a host-wide sysctl;
 - the repository (read-only), the run directory and /run/satbed are
   bind-mounted at the same paths, so the paths the runner writes and passes
-  (adapters, bin/, RUN/, control sockets) mean the same inside;
+  (bin/, RUN/, control sockets) mean the same inside;
 - capabilities: Docker's default set plus NET_ADMIN and NET_RAW, never
-  --privileged; systempaths=unconfined makes /proc/sys writable, since the
-  PEP adapters set per-namespace sysctls.
+  --privileged; the sysctls a PEP needs (pep/CONTRACT.md) are set with
+  Docker's namespaced --sysctl. (satemu's SCHED_FIFO transmit threads are
+  refused in a container: Docker gives its cgroups no real-time budget.)
+
+A PEP node runs the PEP image and drives the PEP through that image's own
+ENTRYPOINT verbs (start|stop|health|stats), so any image meeting the image
+contract works, satbed's or a lab's.
 
 Images are built from the Dockerfiles in the repository by build_images()
 (`make images`, docker/build-images.sh), tagged with a hash of everything
@@ -43,6 +50,7 @@ from satbed import records
 from satbed.errors import SatbedError
 from satbed.net import SANDBOXES, Sandbox
 from satbed.proc import REPO_ROOT, last_line
+from satbed.proc import run as proc_run
 
 REPO = "satbed"                  # image repository prefix: satbed/<name>
 LABEL = "org.satbed"             # container and image label namespace
@@ -51,6 +59,8 @@ DEBIAN_SOURCES = "/etc/apt/sources.list.d/debian.sources"
 # Capabilities beyond Docker's default set (which already has CHOWN, SETUID,
 # SETGID, SYS_CHROOT, NET_BIND_SERVICE, KILL... for sshd and vsftpd).
 CAPS = ("NET_ADMIN", "NET_RAW")
+# Where dockerd keeps runc's state of its containers (`runc --root`).
+RUNC_ROOT = "/run/docker/runtime-runc/moby"
 # Host devices a PEP container gets where the host has them: the SCPS
 # gateway's TAP build opens /dev/net/tun.
 PEP_DEVICES = ("/dev/net/tun",)
@@ -58,6 +68,7 @@ PEP_DEVICES = ("/dev/net/tun",)
 
 def pep_device_args() -> list[str]:
     return [a for d in PEP_DEVICES if os.path.exists(d) for a in ("--device", d)]
+
 
 
 @dataclass(frozen=True)
@@ -326,6 +337,59 @@ def current_tag(name: str) -> str:
     return ref
 
 
+def is_image_ref(pep: str) -> bool:
+    """A PEP named by image reference (lab/pep:1, satbed/pep-pepd:latest,
+    name@sha256:...) rather than by one of the repository's adapters."""
+    return any(c in pep for c in "/:@")
+
+
+def pep_image(pep: str) -> str:
+    """The image a PEP node runs: satbed's own for an adapter name (`pepd`:
+    satbed/pep-pepd:latest), else the reference as given. It must exist here
+    and declare the image contract (org.satbed.contract=1)."""
+    if not is_image_ref(pep):
+        return current_tag(f"pep-{pep}")
+    if image_id(pep) is None:
+        raise SatbedError(f"no image {pep} on this Docker daemon (build or pull it first; "
+                          "satbed's own: `make images`)")
+    labels = image_labels(pep)
+    if labels.get("org.satbed.contract") != "1":
+        raise SatbedError(f"{pep} does not declare the PEP image contract (label org.satbed.contract=1; "
+                          f"see pep/CONTRACT.md and `satbed pep-check {pep}`)")
+    return pep
+
+
+def entrypoint(ref: str) -> list[str]:
+    """The image's ENTRYPOINT: a PEP image's verbs (run|start|stop|health|stats)."""
+    cp = docker("image", "inspect", "--format", "{{json .Config.Entrypoint}}", ref, timeout=30)
+    ep = json.loads(cp.stdout or "null")
+    if not ep:
+        raise SatbedError(f"{ref} has no ENTRYPOINT (the PEP image contract needs one)")
+    return ep
+
+
+# The namespaced sysctls a PEP's interception needs (pep/CONTRACT.md), set
+# when the container is created: its programs cannot write /proc/sys.
+PEP_SYSCTLS = {"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.send_redirects": "0",
+               "net.ipv4.conf.default.send_redirects": "0"}
+
+
+def node_sysctls(role: str) -> dict[str, str]:
+    """Docker --sysctl settings for a node: no IPv6 anywhere (no stray
+    link-local traffic in captures); bridged frames kept away from iptables
+    where br_netfilter is loaded; a PEP's interception sysctls."""
+    out = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+    if role != "host" and os.path.exists("/proc/sys/net/bridge/bridge-nf-call-iptables"):
+        out["net.bridge.bridge-nf-call-iptables"] = "0"
+    if role == "pep":
+        out.update(PEP_SYSCTLS)
+    return out
+
+
+def runc_root() -> str:
+    return os.environ.get("SATBED_RUNC_ROOT") or RUNC_ROOT
+
+
 def describe_images(refs: list[str]) -> dict:
     """What environment.json records: each image's id (its content digest),
     its input hash label and creation time."""
@@ -368,14 +432,17 @@ class Options:
     """What a run tells its container nodes: which image each kind of node
     runs, what to bind-mount, and the run record that lists the containers
     for `satbed clean`."""
-    images: dict[str, str] = field(default_factory=dict)     # role -> image name (ImageSpec.name)
+    images: dict[str, str] = field(default_factory=dict)     # role, or node:NAME -> image reference
     mounts: tuple[str, ...] = ()
     record: records.RunRecord | None = None
 
     def image_for(self, role: str, node: str = "") -> str:
         """A node's own image (a PEP node runs its PEP's), else its role's."""
+        ref = self.images.get(f"node:{node}") or self.images.get(role)
+        if ref:
+            return ref
         default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base", "router": "base"}
-        return self.images.get(f"node:{node}") or self.images.get(role) or default.get(role, "base")
+        return current_tag(default.get(role, "base"))
 
 
 # Context-local (like decimal's context): set around Testbed.start() by the
@@ -387,8 +454,8 @@ _OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_docke
 def options(pep: str | None = None, run_dir: str | None = None,
             record: records.RunRecord | None = None, mounts: tuple[str, ...] = (),
             pep_nodes: dict[str, str] | None = None) -> Iterator[Options]:
-    images = {"pep": f"pep-{pep}"} if pep else {}
-    images.update({f"node:{n}": f"pep-{p}" for n, p in (pep_nodes or {}).items()})
+    images = {"pep": pep_image(pep)} if pep else {}
+    images.update({f"node:{n}": pep_image(p) for n, p in (pep_nodes or {}).items()})
     all_mounts = tuple(os.path.abspath(m) for m in ((run_dir,) if run_dir else ()) + tuple(mounts))
     token = _OPTIONS.set(Options(images, all_mounts, record))
     try:
@@ -412,25 +479,34 @@ def extra_mounts() -> list[str]:
     return [p for p in os.environ.get("SATBED_DOCKER_MOUNTS", "").split(":") if p]
 
 
+# runc exec takes the caller's stdin, stdout and stderr as fds 3-5 and the
+# program gets them back as 0-2 (runc's own stdio would be pipes it copies,
+# which a pty or an open-ended daemon does not survive).
+_OUTER = 'exec "$0" "$@" 3<&0 4>&1 5>&2 </dev/null >/dev/null'
+_INNER = 'exec "$0" "$@" <&3 >&4 2>&5 3<&- 4>&- 5>&-'
+
+
 class DockerSandbox(Sandbox):
     """A testbed node in a container (see the module docstring)."""
 
     def __init__(self, full_name: str, role: str):
         opts = _OPTIONS.get()
-        self.name = full_name
+        self.name, self.role = full_name, role
         prefix, _, node = full_name.partition("-")
-        self.image = current_tag(opts.image_for(role, node))
+        self.image = opts.image_for(role, node)
+        # A PEP node drives its PEP through the image's own verbs.
+        self.pep_entrypoint = entrypoint(self.image) if role == "pep" else None
         if opts.record is not None:
             # Recorded before it exists, so a run killed mid-start is cleaned too.
             opts.record.containers.append(full_name)
             opts.record.save()
-        args = ["run", "-d", "--name", full_name, "--hostname", node or full_name,
-                "--network", "none", "--pid", "host",
-                "--security-opt", "systempaths=unconfined",
+        args = ["run", "-d", "--name", full_name, "--hostname", node or full_name, "--network", "none",
                 "--label", f"{LABEL}.prefix={prefix}", "--label", f"{LABEL}.node={node}",
                 "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.owner={os.getpid()}"]
         for cap in CAPS:
             args += ["--cap-add", cap]
+        for key, value in node_sysctls(role).items():
+            args += ["--sysctl", f"{key}={value}"]
         if role == "pep":
             args += pep_device_args()
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
@@ -439,15 +515,19 @@ class DockerSandbox(Sandbox):
             args += ["-v", f"{m}:{m}"]
         args += ["--entrypoint", "sleep", self.image, "infinity"]
         docker(*args, timeout=120)
-        self.pid = self._wait_pid()
+        self.pid, self.id = self._wait_running()
+        if not os.path.isfile(os.path.join(runc_root(), self.id, "state.json")):
+            self.stop()
+            raise SatbedError(f"container {full_name}: no runc state under {runc_root()} "
+                              "(dockerd with another runtime root? set SATBED_RUNC_ROOT)")
 
-    def _wait_pid(self) -> int:
+    def _wait_running(self) -> tuple[int, str]:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            cp = docker("inspect", "--format", "{{.State.Pid}} {{.State.Status}}", self.name, check=False)
-            pid, _, status = cp.stdout.strip().partition(" ")
+            cp = docker("inspect", "--format", "{{.State.Pid}} {{.State.Status}} {{.Id}}", self.name, check=False)
+            pid, status, cid = (cp.stdout.split() + ["", "", ""])[:3]
             if cp.returncode == 0 and status == "running" and pid.isdigit() and int(pid) > 0:
-                return int(pid)
+                return int(pid), cid
             if status in ("exited", "dead"):
                 logs = docker("logs", "--tail", "5", self.name, check=False)
                 self.stop()
@@ -461,8 +541,17 @@ class DockerSandbox(Sandbox):
         # directory exists inside (it does whenever it is under a mount).
         cwd = kwargs.pop("cwd", None) or os.getcwd()
         wd = cwd if os.path.isdir(f"/proc/{self.pid}/root{cwd}") else "/"
-        return subprocess.Popen(["nsenter", "-t", str(self.pid), "-m", "-u", "-i", "-n", f"--wd={wd}",
-                                 "--", *args], **kwargs)
+        env = kwargs.pop("env", None) or {}
+        cmd = ["runc", "--root", runc_root(), "exec", "--cwd", wd, "--preserve-fds", "3"]
+        for k, v in env.items():
+            cmd += ["--env", f"{k}={v}"]
+        return subprocess.Popen(["/bin/sh", "-c", _OUTER, *cmd, self.id, "/bin/sh", "-c", _INNER, *args],
+                                **kwargs)
+
+    def admin(self, node, args: list[str]) -> subprocess.CompletedProcess:
+        # satbed's own configuration of the node's network namespace, from
+        # the host: the node's programs cannot write its /proc/sys.
+        return proc_run(["nsenter", "-t", str(self.pid), "-n", "--", *args], check=False)
 
     def stop(self) -> None:
         docker("rm", "-f", self.name, check=False, timeout=60)

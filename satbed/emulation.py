@@ -45,8 +45,26 @@ class Direction:
     profile: str | None = None
 
     def validate(self, where: str) -> None:
-        if self.rate_bps is not None and self.rate_bps <= 0:
-            raise SatbedError(f"{where}: rate must be positive")
+        # Values come from YAML too: a string where a number belongs is an error, not a TypeError.
+        for name in ("rate_bps", "ceil_bps", "burst_bytes", "cburst_bytes", "queue_packets", "queue_bytes"):
+            v = getattr(self, name)
+            if v is None and name in ("rate_bps", "ceil_bps"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SatbedError(f"{where}: {name} must be a whole number, got {v!r}")
+        for name in ("delay_ms", "ber"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SatbedError(f"{where}: {name} must be a number, got {v!r}")
+        for name in ("gilbert_elliott", "outage"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), dict):
+                raise SatbedError(f"{where}: {name} must be a mapping, got {getattr(self, name)!r}")
+        if self.profile is not None and not isinstance(self.profile, str):
+            raise SatbedError(f"{where}: profile must be a file name, got {self.profile!r}")
+        if self.rate_bps is not None:
+            parse_rate(self.rate_bps)
+        if self.ceil_bps is not None:
+            parse_rate(self.ceil_bps)
         if self.ceil_bps is not None and self.rate_bps is not None and self.ceil_bps < self.rate_bps:
             raise SatbedError(f"{where}: ceil ({self.ceil_bps} bit/s) is below rate ({self.rate_bps} bit/s)")
         parse_delay_ms(self.delay_ms, f"{where} delay")
@@ -84,7 +102,7 @@ class LinkConfig:
                 raise SatbedError("--emulator bridge is a plain bridge: it takes no --rate, --rtt or --ber")
             base = Direction(rate_bps=None, ceil_bps=None)
         elif rate is None:
-            base = Direction()
+            base = Direction(ceil_bps=parse_rate(ceil)) if ceil else Direction()
         else:
             r = parse_rate(rate)
             base = Direction(rate_bps=r, ceil_bps=parse_rate(ceil) if ceil else r)
@@ -98,12 +116,14 @@ class LinkConfig:
         try:
             cfg = cls(Direction(**doc.get("a_to_b", {})), Direction(**doc.get("b_to_a", {})),
                       int(doc.get("seed", 1)), str(doc.get("backend", "auto")))
-        except TypeError as e:
+        except (TypeError, ValueError, AttributeError) as e:
             raise SatbedError(f"bad link configuration: {e}") from None
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise SatbedError(f"seed must be a whole number from 0 to 2^63-1, got {self.seed!r}")
         if self.backend not in BACKENDS:
             raise SatbedError(f"unknown emulator backend {self.backend!r} (known: {', '.join(BACKENDS)})")
         self.a_to_b.validate("a_to_b")
@@ -154,6 +174,14 @@ class Emulator:
     def set(self, direction: str, **params) -> None:
         raise SatbedError(f"the {self.backend} backend cannot change parameters mid-run")
 
+    def down(self) -> str:
+        """'' while the emulator works, else one line saying why not."""
+        return ""
+
+    def start_clock(self) -> float | None:
+        """Start outage and profile schedules now (backends without them: nothing to start)."""
+        return None
+
 
 class BridgeEmulator(Emulator):
     backend = "bridge"
@@ -203,7 +231,9 @@ class Satemu(Emulator):
         def direction(d: Direction) -> dict:
             doc = {k: v for k, v in dataclasses.asdict(d).items() if v is not None}
             return doc
-        return {"seed": self.cfg.seed, "sample_ms": 100,
+        # Outages and profiles count from the transfer's start (start_clock), not
+        # from satemu's: an outage at offset 0 would otherwise hit the testbed's setup.
+        return {"seed": self.cfg.seed, "sample_ms": 100, "clock": "control",
                 "a_to_b": direction(self.cfg.a_to_b), "b_to_a": direction(self.cfg.b_to_a)}
 
     def start(self) -> None:
@@ -250,6 +280,17 @@ class Satemu(Emulator):
                     break
                 buf += chunk
         return json.loads(buf or b"{}")
+
+    def down(self) -> str:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"emulator satemu on {self.node.name} exited (code {self.proc.returncode}): {self._log_tail()}"
+        return ""
+
+    def start_clock(self) -> float | None:
+        reply = self.request({"op": "clock"})
+        if not reply.get("ok"):
+            raise SatbedError(f"satemu on {self.node.name} did not start its schedule clock: {reply.get('error')}")
+        return reply.get("clock_started_s", 0.0)
 
     def set(self, direction: str, **params) -> None:
         reply = self.request({"op": "set", "dir": direction, "params": params})

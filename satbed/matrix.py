@@ -48,8 +48,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import yaml
 
+from satbed import paths, records, yamlfile
 from satbed.emulation import SPIN_ENV
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
@@ -63,6 +63,9 @@ TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and 
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
 SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound bursts of ~1.5 s
+MAX_CELLS = 10_000          # about a week of 100 MB cells on 2 cores
+CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
+EXIT_FILE = "cell.exit"     # its exit status, written as it ends
 
 
 def _choice(*allowed: str):
@@ -201,15 +204,7 @@ def human_size(n: int) -> str:
 
 def load(path: str, backend: str = "mininet", repetitions: int | None = None) -> Experiment:
     """Read and validate an experiment file; every error is one line naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        raise SatbedError(f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    doc = yamlfile.load(path, "experiment file")
     from satbed import scenario
     if scenario.is_scenario(doc):
         try:
@@ -265,9 +260,13 @@ def _build(doc, path: str, backend: str) -> Experiment:
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise SatbedError(f"axes.{k}: repeated value")
         axis_values.append((k, values))
+    total = reps * math.prod(len(values) for _, values in axis_values)
+    if total > MAX_CELLS:
+        raise SatbedError(f"{total} cells: more than {MAX_CELLS} (split the experiment)")
     combos = [dict(base)]
     for k, values in axis_values:
         combos = [{**c, k: v} for c in combos for v in values]
+    _check_peps({c["pep"] for c in combos}, backend)
     exp = Experiment(name, path, str(doc.get("description") or ""))
     seen: set[str] = set()
     for params in combos:
@@ -277,6 +276,15 @@ def _build(doc, path: str, backend: str) -> Experiment:
                 seen.add(cell.hash)
                 exp.cells.append(cell)
     return exp
+
+
+def _check_peps(names: set[str], backend: str) -> None:
+    """PEP images exist and declare the contract before any cell starts."""
+    from satbed import docker, peps
+    for name in sorted(names):
+        peps.check_backend(name, backend)
+        if peps.is_image(name):
+            docker.pep_image(name)
 
 
 def _normalise(where: str, key: str, value):
@@ -381,7 +389,7 @@ def estimate_seconds(cfg) -> float:
     if cfg.time_limit_s:
         transfer = min(transfer, cfg.time_limit_s)
     analysis = ANALYSIS_S_PER_MB * min(cfg.size_bytes, transfer * goodput / 8) / 1e6
-    return SETUP_S + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
+    return SETUP_S + cfg.main_delay_s + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
 
 
 def default_timeout(cfg) -> float:
@@ -423,9 +431,18 @@ def cell_cost(cfg) -> float:
     if cfg.client == "ping":
         return IDLE_CORES
     per_mbit = CORES_PER_MBIT.get(cfg.client, CORES_PER_MBIT_DEFAULT)
-    if cfg.pep != "none":
+    if cfg.pep != "none" or any(p.name != "none" for p in cfg.peps.values()):
         per_mbit += PEP_CORES_PER_MBIT
-    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6
+    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6 + background_cost(cfg)
+
+
+def background_cost(cfg) -> float:
+    """Background traffic can fill the fastest emulated link: model it as a
+    TCP transfer at that rate (unshaped links count as 100 Mbit/s)."""
+    if not cfg.traffic:
+        return 0.0
+    rates = [link.rate_bps or 100e6 for link in (cfg.link, *cfg.links.values())]
+    return CORES_PER_MBIT_DEFAULT * max(rates) / 1e6
 
 
 class CpuMeter:
@@ -587,9 +604,59 @@ class Child:
     reason: str = ""          # timeout | interrupted
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> subprocess.Popen:
+class Orphan:
+    """A cell child that a killed matrix left running in its own session. A
+    resumed matrix adopts it instead of deleting its directory and starting
+    the cell again: it is watched by pid and start time, and its exit status
+    is the one run_cell_child wrote (none: it was killed)."""
+
+    def __init__(self, pid: int, start: int, cell_dir: str):
+        self.pid, self.start, self.cell_dir = pid, start, cell_dir
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and records.start_time(self.pid) != self.start:
+            self.returncode = read_exit(self.cell_dir)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"cell pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if records.start_time(self.pid) == self.start:
+            os.kill(self.pid, sig)
+
+
+def running_child(cell_dir: str) -> tuple[int, int] | None:
+    """(pid, start time) of the process still running this cell, if any."""
+    try:
+        with open(os.path.join(cell_dir, CHILD_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        pid, start = int(doc["pid"]), int(doc["start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, start) if records.start_time(pid) == start else None
+
+
+def read_exit(cell_dir: str) -> int:
+    """The exit status a cell child recorded; -9 (killed) when it recorded none."""
+    try:
+        with open(os.path.join(cell_dir, EXIT_FILE), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return -signal.SIGKILL
+
+
+def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
+    if running_child(cell_dir):
+        raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
     if os.path.isdir(cell_dir):
         shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
     os.makedirs(cell_dir)
@@ -598,15 +665,20 @@ def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> su
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
     log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if parallel:
-        # Cells side by side: satemu's busy-waiting would take the CPU the others need.
-        env.setdefault(SPIN_ENV, "0")
+    # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
+    # outside a matrix) would take the CPU cells side by side need, so no cell
+    # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
+    env.setdefault(SPIN_ENV, "0")
     try:
-        return subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=REPO_ROOT)
+        child = subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True, cwd=REPO_ROOT)
     finally:
         log.close()
+    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
+    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
+    return child
 
 
 def run_cell_child(cell_dir: str) -> int:
@@ -616,6 +688,14 @@ def run_cell_child(cell_dir: str) -> int:
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
+    rc = _run_cell(cell_dir)
+    # Written last: a cell without it was killed before it finished.
+    with open(os.path.join(cell_dir, EXIT_FILE), "w", encoding="ascii") as f:
+        f.write(f"{rc}\n")
+    return rc
+
+
+def _run_cell(cell_dir: str) -> int:
     from satbed import runner
     with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
         doc = json.load(f)
@@ -665,6 +745,9 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None) -> 
         error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
     elif rc == 0 and not error:
         status = "limited" if metrics.get("time_limited") else "ok"
+    elif rc is not None and (rc < 0 or rc >= 128):
+        # Killed (SIGKILL, SIGTERM from outside): not a result; a resumed matrix redoes it.
+        status, error = "interrupted", error or f"cell process killed (exit {rc})"
     else:
         status = "failed"
         if not error and rc == 3:
@@ -712,7 +795,7 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     require_root()
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
-    out = os.path.abspath(out)      # cells run from the repository root
+    out = paths.results_dir(out)    # absolute: cells run from the repository root
     os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     # One matrix per results directory: two would run the same cells twice.
     lock = open(os.path.join(out, ".lock"), "w")
@@ -730,11 +813,13 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
 def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream) -> dict:
     host = host_info()
     with Store(os.path.join(out, "results.sqlite")) as store:
-        todo, skipped = [], 0
+        todo, skipped, adopted = [], 0, []
         for cell in exp.cells:
             row = store.get(cell.hash)
             if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
+            elif live := running_child(os.path.join(out, "cells", cell.hash)):
+                adopted.append((cell, Orphan(*live, os.path.join(out, "cells", cell.hash))))
             else:
                 todo.append(cell)
         admit = Admission.for_host(jobs, host)
@@ -746,8 +831,13 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
                      f"{len(todo)} to run ({admit.describe()}) into {out}\n")
         stream.flush()
-        progress = Progress(len(todo), parallel, stream)
+        progress = Progress(len(todo) + len(adopted), parallel, stream)
         running: dict[str, Child] = {}
+        for cell, orphan in adopted:
+            now = time.monotonic()
+            stream.write(f"satbed matrix: cell {cell.hash} is still running from a killed matrix "
+                         f"(pid {orphan.pid}): waiting for it\n")
+            running[cell.hash] = Child(cell, orphan, time.time(), now, now + cell.timeout_s)
         pending = list(todo)
         counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
         outcome = "interrupted"
@@ -761,7 +851,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                     cell = pending.pop(pick)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, parallel > 1), time.time(),
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(),
                                                now, now + cell.timeout_s)
                 for h, ch in list(running.items()):
                     now = time.monotonic()
@@ -867,7 +957,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend, parallel=True), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend), time.time(), now, now + cell.timeout_s)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
         """The reference's goodput, and how many cells ran beside it (sampled)."""

@@ -22,6 +22,7 @@ from typing import Sequence
 
 from mininet.node import Node as MininetNode
 
+from satbed import proc
 from satbed.errors import SatbedError
 from satbed.proc import last_line
 from satbed.records import RunRecord, netns_inode
@@ -62,6 +63,12 @@ class Sandbox:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def admin(self, node: "Node", args: list[str]) -> subprocess.CompletedProcess:
+        """satbed's own configuration of the node's network namespace (a
+        sysctl). A namespace node runs it inside; a container node, whose
+        programs may not write /proc/sys, from the host."""
+        return node.run(args, check=False)
 
 
 class NamespaceSandbox(Sandbox):
@@ -142,7 +149,7 @@ class Node:
         return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
     def sysctl(self, key: str, value: str, must: bool = True) -> bool:
-        cp = self.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+        cp = self.sandbox.admin(self, ["sysctl", "-q", "-w", f"{key}={value}"])
         if must and cp.returncode != 0:
             raise SatbedError(f"{self.name}: cannot set {key}={value}: {last_line(cp.stderr)}")
         return cp.returncode == 0
@@ -265,18 +272,6 @@ class Router(Node):
         return cmds
 
 
-    def queue_stats(self, port: str) -> dict:
-        """The port's root and leaf qdisc counters (tc -s, as JSON): what a
-        drop-tail queue sent, dropped and holds."""
-        import json
-        out = self.run(["tc", "-s", "-j", "qdisc", "show", "dev", self.intfs[port].name]).stdout
-        qdiscs = json.loads(out or "[]")
-        fifo = [q for q in qdiscs if q.get("kind") in ("pfifo", "bfifo")]
-        q = fifo[0] if fifo else (qdiscs[0] if qdiscs else {})
-        return {"kind": q.get("kind"), "sent_packets": q.get("packets", 0), "sent_bytes": q.get("bytes", 0),
-                "dropped": q.get("drops", 0), "overlimits": q.get("overlimits", 0),
-                "backlog_bytes": q.get("backlog", 0), "backlog_packets": q.get("qlen", 0)}
-
 
 class TransparentNode(Node):
     """Two ports, no IP address. bridge() joins them in the kernel; the
@@ -322,12 +317,13 @@ class TransparentNode(Node):
 
 class Link:
     """A veth pair; each end is created directly inside its node's namespace,
-    so nothing of a testbed ever sits in the root namespace."""
+    so nothing of a testbed ever sits in the root namespace. satbed creates
+    it from the host: a container node cannot see another node's pid."""
 
     def __init__(self, a: Intf, b: Intf):
         self.a, self.b = a, b
-        a.node.run(["ip", "link", "add", "name", a.name, "type", "veth",
-                    "peer", "name", b.name, "netns", str(b.node.pid)])
+        proc.run(["ip", "link", "add", "name", a.name, "netns", str(a.node.pid), "type", "veth",
+                  "peer", "name", b.name, "netns", str(b.node.pid)])
 
     def __repr__(self) -> str:
         return f"<Link {self.a.node.name}.{self.a.port}={self.b.node.name}.{self.b.port}>"

@@ -5,15 +5,27 @@ The image runs as a lab would run it: its own entrypoint, `--network none`,
 NET_ADMIN and NET_RAW, the SATBED_* environment. Two end hosts (namespaces,
 10.99.99.2 and 10.99.99.254) are wired to its LAN and WAN ports, then:
 
+  labels     org.satbed.contract=1, org.satbed.pep.name, org.satbed.pep.splits
+             (true|false)
   ready      the entrypoint bridges the ports and starts the PEP (ready file)
-  health     `ENTRYPOINT health` exits 0
+  health     `ENTRYPOINT health` exits 0 with one line
   bridging   ICMP crosses it (transparent bridge, no address, no gateway)
   tcp        a 1 MB TCP transfer arrives intact
   splitting  the SYN seen on the WAN side differs from the client's (the PEP
-             opened its own connection) -- must match the image's declaration
-             (label org.satbed.pep.splits), or is reported when undeclared
-  stats      `ENTRYPOINT stats` prints a JSON object with a name
-  stop       `docker stop` ends it with exit status 0 within the grace time
+             opened its own connection): must match org.satbed.pep.splits
+  stats      `ENTRYPOINT stats` prints one JSON object with every required
+             field of the right type, its name and `splitting` as the labels
+             declare; a splitting PEP counts the connection and its bytes
+  stop       `ENTRYPOINT stop` exits 0
+  clean      after stop: no nft or iptables rules, no policy rules, no routes
+             but the kernel's own (and `stats` still answers)
+  options    `start` with an unknown option fails with one line naming it,
+             and leaves nothing behind
+  shutdown   `docker stop` ends it with exit status 0 within the grace time
+
+The container runs as satbed's Docker backend runs a PEP node: Docker's
+default capabilities plus NET_ADMIN and NET_RAW, the contract's sysctls set
+with --sysctl, /proc/sys read-only.
 """
 
 from __future__ import annotations
@@ -22,15 +34,16 @@ import ipaddress
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from satbed import docker, records
+from satbed import docker, proc, records
 from satbed.errors import SatbedError
 from satbed.net import Host
-from satbed.proc import require_root, require_tools
+from satbed.proc import last_line, require_root, require_tools
 
 LAN, WAN = "lan0", "wan0"          # port names inside the PEP container
 STATE = "/run/satbed/pep"          # SATBED_STATE_DIR inside it
@@ -38,6 +51,7 @@ PEP_ADDR = "10.99.99.3/24"           # for a PEP that connects from its own addr
 TRANSFER_BYTES = 1 << 20
 PORT = 5201
 STOP_GRACE_S = 20
+STATS_SETTLE_S = 5
 
 # Server on Client B: receive until EOF, answer with the byte count and sha256.
 SERVER = r"""
@@ -87,12 +101,63 @@ class Report:
         return out
 
 
-def _entrypoint(image: str) -> list[str]:
-    cp = docker.docker("image", "inspect", "--format", "{{json .Config.Entrypoint}}", image, timeout=30)
-    ep = json.loads(cp.stdout or "null")
-    if not ep:
-        raise SatbedError(f"{image} has no ENTRYPOINT (the image contract needs one)")
-    return ep
+# Required stats fields and their types (pep/CONTRACT.md, "stats JSON").
+STATS_FIELDS = {"name": str, "connections_split": int, "connections_active": int,
+                "bytes_lan_to_wan": int, "bytes_wan_to_lan": int, "splitting": bool}
+BOGUS_OPTION = "satbed_check_no_such_option"
+
+
+def stats_problems(stats, name: str | None, splits: bool | None) -> list[str]:
+    """What a stats object lacks against the contract (empty: it meets it)."""
+    if not isinstance(stats, dict):
+        return ["not a JSON object"]
+    out = []
+    for key, typ in STATS_FIELDS.items():
+        v = stats.get(key)
+        # bool is an int in Python: a count must not be true/false.
+        if key not in stats:
+            out.append(f"no {key}")
+        elif not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            out.append(f"{key} is {type(v).__name__}, not {typ.__name__}")
+        elif typ is int and v < 0:
+            out.append(f"{key} is negative")
+    if name is not None and stats.get("name") != name:
+        out.append(f"name {stats.get('name')!r} is not the label's {name!r}")
+    if splits is not None and isinstance(stats.get("splitting"), bool) and stats["splitting"] != splits:
+        out.append(f"splitting {str(stats['splitting']).lower()} but the label says {str(splits).lower()}")
+    return out
+
+
+def label_problems(labels: dict) -> list[str]:
+    out = []
+    if labels.get("org.satbed.contract") != "1":
+        out.append("org.satbed.contract is not 1")
+    if not labels.get("org.satbed.pep.name"):
+        out.append("no org.satbed.pep.name")
+    if labels.get("org.satbed.pep.splits") not in ("true", "false"):
+        out.append("org.satbed.pep.splits is not true or false")
+    return out
+
+
+def leftovers(pid: int) -> list[str]:
+    """Rules and routes in a PEP's network namespace beyond what a fresh one
+    with a bridge has, read from the host (the image needs no tools for it)."""
+    def ns(*args: str) -> str:
+        return proc.run(["nsenter", "-t", str(pid), "-n", "--", *args], check=False).stdout
+    out = []
+    if ns("nft", "list", "ruleset").strip():
+        out.append("nft rules")
+    if shutil.which("iptables-legacy-save") and "-A " in ns("iptables-legacy-save"):
+        out.append("iptables (legacy) rules")
+    rules = [ln.split(":", 1)[0] for ln in ns("ip", "-4", "rule", "show").splitlines() if ln.strip()]
+    if sorted(rules) != ["0", "32766", "32767"]:
+        out.append(f"policy rules {', '.join(r for r in rules if r not in ('0', '32766', '32767'))}")
+    # The kernel's own: loopback's local and broadcast routes.
+    routes = [ln for ln in ns("ip", "-4", "route", "show", "table", "all").splitlines()
+              if ln.strip() and not (" 127." in f" {ln}" and "table local" in ln and "proto kernel" in ln)]
+    if routes:
+        out.append(f"routes ({routes[0].strip()}{', ...' if len(routes) > 1 else ''})")
+    return out
 
 
 def _syn(proc: subprocess.Popen) -> dict | None:
@@ -120,16 +185,20 @@ def _start_capture(host: Host) -> subprocess.Popen:
 def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) -> Report:
     """Run every check; the testbed is removed whatever happens."""
     require_root()
-    require_tools("ip", "ethtool", "tcpdump", "mnexec")
+    require_tools("ip", "ethtool", "tcpdump", "mnexec", "nsenter", "nft")
     reason = docker.available()
     if reason:
         raise SatbedError(reason)
     if docker.image_id(image) is None:
         raise SatbedError(f"no image {image} (build it, or `make images` for satbed's own)")
-    entry = _entrypoint(image)
+    entry = docker.entrypoint(image)
     labels = docker.image_labels(image)
     declared = labels.get("org.satbed.pep.splits")
+    splits = {"true": True, "false": False}.get(declared or "")
     report = Report(image)
+    bad = label_problems(labels)
+    report.add("labels", not bad, "; ".join(bad) if bad else
+               f"contract 1, name {labels['org.satbed.pep.name']}, splits {declared}")
     prefix = records.new_prefix()
     record = records.RunRecord(prefix, os.getpid(), records.start_time(os.getpid()))
     record.save()
@@ -146,10 +215,12 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
                "SATBED_RATE_BPS": str(rate_bps), "SATBED_RTT_MS": f"{rtt_ms:g}", "SATBED_BER": "0",
                "SATBED_BUFFER_BYTES": str(1000 * 1514), "SATBED_STATE_DIR": STATE, "SATBED_PEP_ROLE": "a",
                "SATBED_WAIT_S": "60", "SATBED_PEP_ADDR": PEP_ADDR}
-        args = ["run", "-d", "--name", name, "--network", "none", "--security-opt", "systempaths=unconfined",
+        args = ["run", "-d", "--name", name, "--network", "none",
                 "--label", f"{docker.LABEL}.prefix={prefix}", "--label", f"{docker.LABEL}.node=pep"]
         for cap in docker.CAPS:
             args += ["--cap-add", cap]
+        for key, value in docker.node_sysctls("pep").items():
+            args += ["--sysctl", f"{key}={value}"]
         args += docker.pep_device_args()
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]
@@ -176,10 +247,15 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
             time.sleep(0.2)
         report.add("ready", True, f"ports {LAN}/{WAN} bridged, PEP started")
 
-        cp = docker.docker("exec", name, *entry, "health", check=False, timeout=30)
-        report.add("health", cp.returncode == 0,
-                   (cp.stdout or cp.stderr).strip().splitlines()[-1] if (cp.stdout or cp.stderr).strip()
-                   else f"exit {cp.returncode}")
+        def verb(*v: str, opts: str | None = None) -> subprocess.CompletedProcess:
+            extra = ["-e", f"SATBED_PEP_OPTS={opts}"] if opts is not None else []
+            return docker.docker("exec", *extra, name, *entry, *v, check=False, timeout=60)
+
+        cp = verb("health")
+        lines = (cp.stdout or cp.stderr).strip().splitlines()
+        report.add("health", cp.returncode == 0 and len(lines) == 1,
+                   (lines[-1] if lines else f"exit {cp.returncode}, no line")
+                   + (f" ({len(lines)} lines, want one)" if len(lines) > 1 else ""))
 
         cp = a.run(["ping", "-c", "3", "-i", "0.2", "-W", "2", str(b.ip.ip)], check=False, timeout=20)
         got = re.search(r"(\d+) received", cp.stdout)
@@ -202,26 +278,66 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
             split = syn_a["seq"] != syn_b["seq"]
             seen = (f"client SYN seq {syn_a['seq']}, WAN SYN seq {syn_b['seq']}: "
                     f"{'split' if split else 'end to end'}")
-            if declared in ("true", "false"):
-                report.add("splitting", split == (declared == "true"), f"{seen} (declared splits={declared})")
-            else:
-                report.add("splitting", True, f"{seen} (undeclared: label org.satbed.pep.splits)")
+            report.add("splitting", splits is not None and split == splits, f"{seen} (declared splits={declared})")
 
-        cp = docker.docker("exec", name, *entry, "stats", check=False, timeout=30)
-        try:
-            stats = json.loads(cp.stdout)
-            ok = isinstance(stats, dict) and "name" in stats
-            detail = (f"name={stats.get('name')}, connections_split={stats.get('connections_split', 'absent')}"
-                      if ok else "no name field")
-            report.add("stats", ok, detail)
-        except ValueError:
+        # A PEP may refresh its counters periodically (pepd: every second).
+        deadline = time.monotonic() + STATS_SETTLE_S
+        while True:
+            cp = verb("stats")
+            try:
+                stats = json.loads(cp.stdout)
+            except ValueError:
+                stats = None
+                break
+            bad = stats_problems(stats, labels.get("org.satbed.pep.name"), splits)
+            if not bad and splits and intact:
+                if stats["connections_split"] < 1:
+                    bad.append("connections_split 0 after a split transfer")
+                if stats["bytes_lan_to_wan"] < TRANSFER_BYTES:
+                    bad.append(f"bytes_lan_to_wan {stats['bytes_lan_to_wan']} < the {TRANSFER_BYTES} relayed")
+            if not bad or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if stats is None:
             report.add("stats", False, f"not JSON: {(cp.stdout or cp.stderr).strip()[:120]}")
+        else:
+            if len(cp.stdout.strip().splitlines()) != 1:
+                bad.append("not on one line")
+            report.add("stats", not bad, "; ".join(bad) if bad else
+                       f"name={stats['name']}, connections_split={stats['connections_split']}, "
+                       f"bytes_lan_to_wan={stats['bytes_lan_to_wan']}")
+
+        cp = verb("stop")
+        report.add("stop", cp.returncode == 0, f"exit {cp.returncode}"
+                   + (f": {last_line(cp.stderr or cp.stdout)}" if cp.returncode else ""))
+        left = leftovers(pid)
+        after = verb("stats")
+        try:
+            json.loads(after.stdout)
+        except ValueError:
+            left.append("stats after stop is not JSON")
+        report.add("clean", not left, "left: " + ", ".join(left) if left else
+                   "no rules, policy rules or routes left; stats still answers")
+
+        cp = verb("start", opts=f"{BOGUS_OPTION}=1")
+        lines = cp.stderr.strip().splitlines()
+        problems = []
+        if cp.returncode == 0:
+            problems.append("start accepted it")
+        if len(lines) != 1:
+            problems.append(f"{len(lines)} lines on stderr, want one")
+        elif BOGUS_OPTION not in lines[0]:
+            problems.append(f"the line does not name it: {lines[0][:120]}")
+        if cp.returncode == 0:
+            verb("stop")
+        problems += [f"left {x}" for x in leftovers(pid)]
+        report.add("options", not problems, "; ".join(problems) if problems else f"rejected: {lines[0][:120]}")
 
         started = time.monotonic()
         docker.docker("stop", "-t", str(STOP_GRACE_S), name, check=False, timeout=STOP_GRACE_S + 30)
         code = docker.docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip()
         took = time.monotonic() - started
-        report.add("stop", code == "0",
+        report.add("shutdown", code == "0",
                    f"exit {code} after {took:.1f} s" + (" (killed at the grace time)" if code == "137" else ""))
         return report
     finally:

@@ -1,14 +1,16 @@
 """PEPs plug in through one executable contract (pep/CONTRACT.md): an adapter
 pep/adapters/<name> run inside the PEP node as `start|stop|health|stats`, with
-the link parameters in its environment. The registry is that directory."""
+the link parameters in its environment. The registry is that directory.
+
+On the Docker backend a PEP may also be named by image (lab/pep:1): any image
+meeting the image contract, driven through its own ENTRYPOINT verbs."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-from typing import Iterator
+import re
 
 from satbed.emulation import MTU_FRAME, LinkConfig
 from satbed.errors import SatbedError
@@ -28,10 +30,31 @@ def names() -> list[str]:
                   and os.path.isfile(os.path.join(ADAPTER_DIR, f)))
 
 
+def is_image(name: str) -> bool:
+    """A PEP named by image reference (it has a / : or @) rather than adapter."""
+    return any(c in name for c in "/:@")
+
+
 def check(name: str) -> str:
+    """The adapter of a PEP name; an image reference is checked by the Docker
+    backend when it creates the PEP node."""
+    if is_image(name):
+        return name
     if name not in names():
-        raise SatbedError(f"unknown PEP {name!r} (known: {', '.join(names())})")
+        raise SatbedError(f"unknown PEP {name!r} (known: {', '.join(names())}, "
+                          "or an image reference with --backend docker)")
     return os.path.join(ADAPTER_DIR, name)
+
+
+def check_backend(name: str, backend: str) -> None:
+    if is_image(name) and backend != "docker":
+        raise SatbedError(f"PEP image {name} needs --backend docker (namespace nodes take an adapter name: "
+                          f"{', '.join(names())})")
+
+
+def slug(name: str) -> str:
+    """A PEP name fit for a directory name (an image reference has / and :)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, options: str,
@@ -81,11 +104,17 @@ class Pep:
                  run_dir: str, options: str = ""):
         self.name, self.node, self.role = name, node, side
         self.options = options
-        self.adapter = check(name)
+        # A container node runs the image's own verbs; a namespace node the
+        # repository's adapter.
+        image_verbs = getattr(node.sandbox, "pep_entrypoint", None)
+        self.command = list(image_verbs) if image_verbs else [check(name)]
         self.state_dir = os.path.join(run_dir, "pep", node.name)
         os.makedirs(self.state_dir, exist_ok=True)
         self.env = contract_env(node.port("lan").name, node.port("wan").name, node.bridge(), side, link,
                                 options, self.state_dir, address=str(node.address or ""))
+        if image_verbs:
+            # The image's own PATH and binaries, as its defaults say.
+            del self.env["SATBED_BIN_DIR"], self.env["PATH"]
         # A container has its image's binary instead.
         if isinstance(node.sandbox, NamespaceSandbox):
             for var in LAB_BINARIES:
@@ -94,7 +123,7 @@ class Pep:
         self.started = False
 
     def _call(self, verb: str, timeout: float = 30, check: bool = True):
-        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), self.adapter, verb],
+        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), *self.command, verb],
                            timeout=timeout, check=False)
         if check and cp.returncode != 0:
             raise SatbedError(f"PEP {self.name} on {self.node.name}: {verb} failed: "
@@ -142,22 +171,3 @@ def unhealthy(pep_list: list[Pep]) -> str:
         if not up:
             down.append(f"PEP {p.name} on {p.node.name} is down: {line}")
     return "; ".join(down)
-
-
-@contextlib.contextmanager
-def guarded(pep_list: list[Pep]) -> Iterator[None]:
-    """Run a transfer between two health checks of the PEPs, so that a dead
-    PEP, not the client it left without a path, is named as the failure."""
-    down = unhealthy(pep_list)
-    if down:
-        raise SatbedError(f"before the transfer: {down}")
-    try:
-        yield
-    except Exception as e:
-        down = unhealthy(pep_list)
-        if down:
-            raise SatbedError(f"{down} (the client then failed: {last_line(str(e))})") from e
-        raise
-    down = unhealthy(pep_list)
-    if down:
-        raise SatbedError(f"after the transfer: {down}")

@@ -13,6 +13,8 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
+from satbed.files import write_json
+
 RECORD_DIR = os.environ.get("SATBED_RECORD_DIR", "/run/satbed")
 PREFIX_RE = re.compile(r"^sb[0-9a-f]{4}$")
 
@@ -43,6 +45,7 @@ class RunRecord:
     pids: dict[str, int | None] = field(default_factory=dict)   # pid -> start time
     containers: list[str] = field(default_factory=list)
     root_links: list[str] = field(default_factory=list)
+    run_dir: str = ""       # its payloads and keys (RUN/files) go with a killed run
 
     @property
     def path(self) -> str:
@@ -50,10 +53,7 @@ class RunRecord:
 
     def save(self) -> None:
         os.makedirs(RECORD_DIR, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(asdict(self), f)
-        os.replace(tmp, self.path)
+        write_json(self.path, asdict(self))
 
     def add_pid(self, pid: int) -> None:
         self.pids[str(pid)] = start_time(pid)
@@ -79,22 +79,41 @@ def new_prefix() -> str:
 
 
 def load_all() -> list[RunRecord]:
-    records = []
+    return [r for r in scan() if isinstance(r, RunRecord)]
+
+
+def scan() -> list[RunRecord | str]:
+    """Every record: parsed, or the path of one that cannot be (records are
+    written whole, by rename, so an unreadable one is damaged, not half-written)."""
+    found: list[RunRecord | str] = []
     if not os.path.isdir(RECORD_DIR):
-        return records
+        return found
     for name in sorted(os.listdir(RECORD_DIR)):
         if not name.endswith(".json") or not PREFIX_RE.match(name[:-5]):
             continue
+        path = os.path.join(RECORD_DIR, name)
         try:
-            with open(os.path.join(RECORD_DIR, name), encoding="utf-8") as f:
-                records.append(RunRecord(**json.load(f)))
-        except (OSError, ValueError, TypeError):
-            continue
-    return records
+            with open(path, encoding="utf-8") as f:
+                rec = RunRecord(**json.load(f))
+            rec.owner_pid = int(rec.owner_pid)
+            rec.pids = {str(int(p)): (None if st is None else int(st)) for p, st in rec.pids.items()}
+            rec.netns = {str(k): int(v) for k, v in rec.netns.items()}
+            found.append(rec)
+        except (OSError, ValueError, TypeError, AttributeError):
+            found.append(path)
+    return found
+
+
+def root_netns() -> int | None:
+    """The root namespace's inode: pid 1's, or where /proc/1 is hidden, this
+    process's own (satbed runs in the root namespace)."""
+    return netns_inode(1) or netns_inode(os.getpid())
 
 
 def processes_in_netns(inodes: set[int]) -> list[int]:
-    root = netns_inode(1)
+    root = root_netns()
+    if root is None:
+        return []       # cannot tell the root namespace from a node's: kill nothing
     inodes = {i for i in inodes if i and i != root}
     found = []
     for entry in os.listdir("/proc"):

@@ -10,19 +10,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
-from satbed import clients, counters, emulation, environment, peps, topology, traffic
+from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic, watch
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
-from satbed.testbed import Testbed
+from satbed.clients.transfer import keep_files_wanted
+from satbed.files import write_json
+from satbed.testbed import Testbed, remove_run_files
 
 DIRECTIONS = ("download", "upload")
+CAPTURES = ("headers", "full", "none")
 # result.json and config.json carry it; 2: routers, several links, per-node PEPs, plan/, traffic, counters.
 RESULT_FORMAT = 2
 
@@ -76,7 +84,9 @@ class RunConfig:
             traffic.TrafficSpec.from_dict(self.traffic)
         if self.direction not in DIRECTIONS:
             raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
-        if self.time_limit_s is not None and not self.time_limit_s > 0:
+        if self.captures not in CAPTURES:
+            raise SatbedError(f"unknown captures {self.captures!r} (known: {', '.join(CAPTURES)})")
+        if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):
             raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
         self.link.validate()
 
@@ -98,18 +108,10 @@ class RunConfig:
     def slug(self) -> str:
         if self.scenario:
             name = os.path.splitext(os.path.basename(self.scenario))[0]
-            used = sorted(({p.name for p in self.peps.values()} | {self.pep}) - {"none"})
+            used = sorted(({peps.slug(p.name) for p in self.peps.values()} | {peps.slug(self.pep)}) - {"none"})
             return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
-        return (f"{self.client}-{self.pep}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
+        return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
-
-
-def write_json(path: str, doc: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -196,9 +198,13 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
     cfg.validate()
+    for name in {cfg.pep, *(p.name for p in cfg.peps.values())}:
+        peps.check_backend(name, backend)
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
     # anon_root as given, and a matrix cell runs from the repository root.
-    out = os.path.abspath(out)
+    out = paths.results_dir(out)
+    # The payload and the received copy sit in the run directory side by side.
+    paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
     spec = topology.load(cfg.topology, cfg.topology_overrides)
     the_plan = plan(cfg, spec)
     client = clients.get(cfg.client)
@@ -207,6 +213,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
     run_dir = os.path.abspath(run_dir)
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
     write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
                                                       "topology_spec": spec.to_dict(),
                                                       "plan": the_plan.to_dict()})
@@ -228,6 +235,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep, pep_images):
             tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
         env["testbed"] = docker_backend.describe_testbed(tb)
+        if tb.tcp_profiles:
+            env["tcp_profiles"] = tb.tcp_profiles
+        if tb.queue_commands:
+            env["router_queues"] = tb.queue_commands
         several = len(the_plan.links) > 1
         for name, link in the_plan.links.items():
             node = tb.nodes[name]
@@ -256,45 +267,53 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        with peps.guarded(pep_list):       # a dead PEP is named, not the client it stranded
+        # Outages and profiles count from here: the main flow's start.
+        clocks = {name: emu.start_clock() for name, emu in emus.items()}
+        if any(v is not None for v in clocks.values()):
+            result["schedule_clock_started_s"] = clocks
+        # A dead PEP or emulator is named, not the client it stranded.
+        with watch.guarded(pep_list, list(emus.values())):
             result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
-        if tb.tcp_profiles:
-            env["tcp_profiles"] = tb.tcp_profiles
-        if tb.queue_commands:
-            env["router_queues"] = tb.queue_commands
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
-        if background is not None:
-            result["traffic"] = _safely(background.stop, result)
-        if sampler is not None:
-            result["counters"] = _safely(sampler.stop, result)
-        if caps is not None:
-            result["captures"] = _safely(caps.stop, result)
-        if pep_list:
-            nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
-                     for p in pep_list}
-            result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
-                             "nodes": nodes,
-                             "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
-                                                      if isinstance(n.get("connections_split", 0), int))}
-        if emus:
-            stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
-            primary = the_plan.primary or next(iter(emus))
-            result["emulator"] = stopped[primary]
-            if several:
-                result["emulators"] = stopped
-            env["emulator"] = {"backend": emus[primary].backend}
-            if getattr(emus[primary], "spin_us", None) is not None:
-                env["emulator"]["spin_us"] = emus[primary].spin_us
-        _safely(tb.stop, result)
-        result["finished"] = time.time()
-        if failure is not None:
-            result["error"] = _describe(failure)
-        write_json(os.path.join(run_dir, "environment.json"), env)
-        write_json(os.path.join(run_dir, "result.json"), result)
+        # A second Ctrl-C must not cut the teardown short: it is noted, and
+        # the run ends as interrupted once everything is removed.
+        with shielded() as late:
+            if background is not None:
+                result["traffic"] = _safely(background.stop, result)
+            if sampler is not None:
+                result["counters"] = _safely(sampler.stop, result)
+            if caps is not None:
+                result["captures"] = _safely(caps.stop, result)
+            if pep_list:
+                nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
+                         for p in pep_list}
+                result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
+                                 "nodes": nodes,
+                                 "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
+                                                          if isinstance(n.get("connections_split", 0), int))}
+            if emus:
+                stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
+                primary = the_plan.primary or next(iter(emus))
+                result["emulator"] = stopped[primary]
+                if several:
+                    result["emulators"] = stopped
+                env["emulator"] = {"backend": emus[primary].backend}
+                if getattr(emus[primary], "spin_us", None) is not None:
+                    env["emulator"]["spin_us"] = emus[primary].spin_us
+            _safely(tb.stop, result)
+            result["finished"] = time.time()
+            if failure is None and late:
+                failure = KeyboardInterrupt()
+            if failure is not None:
+                result["error"] = _describe(failure)
+            write_json(os.path.join(run_dir, "environment.json"), env)
+            write_json(os.path.join(run_dir, "result.json"), result)
+            if not keep_files_wanted():
+                remove_run_files(run_dir)
     if failure is not None:
         if isinstance(failure, SatbedError):
             raise SatbedError(f"{failure} (run directory: {run_dir})") from None
@@ -302,6 +321,29 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     if cfg.analyze and cfg.captures != "none":
         result = analyze(run_dir, result, graphs=cfg.graphs)
     return run_dir, result
+
+
+@contextmanager
+def shielded() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM held off for a block (the teardown): they are
+    recorded in the yielded list instead of raised. Outside the main thread
+    signals cannot be handled, and there is nothing to shield."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    caught: list[int] = []
+
+    def note(signum, frame):
+        if not caught:
+            print("satbed: tearing the testbed down; please wait", file=sys.stderr, flush=True)
+        caught.append(signum)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield caught
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def vantage_points(tb: Testbed, the_plan: Plan) -> dict:

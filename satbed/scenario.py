@@ -29,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import yaml
 
+from satbed import yamlfile
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
 from satbed.units import parse_ber, parse_delay_ms, parse_rate, parse_size
@@ -59,15 +59,7 @@ def find(name_or_path: str) -> str:
 
 
 def read(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except OSError as e:
-        raise SatbedError(f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    doc = yamlfile.load(path, "scenario")
     if not isinstance(doc, dict):
         raise SatbedError(f"{path}: a scenario is a mapping (topology:, workload:, ...)")
     return doc

@@ -15,6 +15,8 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 
+from satbed.errors import SatbedError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
     hash        TEXT PRIMARY KEY,
@@ -74,9 +76,14 @@ class Store:
     def __init__(self, path: str):
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self.db = sqlite3.connect(path, timeout=30)
-        self.db.executescript(SCHEMA)
-        self.db.commit()
+        try:
+            self.db = sqlite3.connect(path, timeout=30)
+            self.db.executescript(SCHEMA)
+            self.db.commit()
+            # A database of another shape (or a damaged one) fails here, not mid-matrix.
+            self.db.execute("SELECT hash, params, config, status, metrics FROM cells LIMIT 1").fetchall()
+        except sqlite3.Error as e:
+            raise SatbedError(f"{path} is not a readable satbed results database ({e})") from None
 
     def close(self) -> None:
         self.db.close()

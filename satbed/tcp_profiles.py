@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import yaml
 
+from satbed import yamlfile
 from satbed.errors import SatbedError
 from satbed.net import Host, allow_in_namespaces, _read_proc
 from satbed.proc import REPO_ROOT
@@ -61,7 +61,8 @@ class Profile:
         for key, value in self.sysctls.items():
             if not os.path.exists("/proc/sys/" + key.replace(".", "/")):
                 raise bad(key, "this kernel has no such setting")
-            cp = host.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+            # Through the sandbox: a container node's /proc/sys is read-only to it.
+            cp = host.sandbox.admin(host, ["sysctl", "-q", "-w", f"{key}={value}"])
             if cp.returncode != 0:
                 raise bad(key, f"refused {value!r}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else ''}")
         for key in ["net.ipv4.tcp_congestion_control", *self.sysctls]:
@@ -112,11 +113,7 @@ def load(name: str, _seen: tuple[str, ...] = ()) -> Profile:
         raise SatbedError(f"unknown TCP profile {name!r} (known: {', '.join(names())})")
     if name in _seen:
         raise SatbedError(f"TCP profile {name}: base loops through {' -> '.join(_seen)}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise SatbedError(f"TCP profile {path}: unreadable: {e}") from None
+    doc = yamlfile.load(path, "TCP profile") or {}
     return parse(doc, name, path, (*_seen, name))
 
 

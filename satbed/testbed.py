@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from contextlib import contextmanager
 from typing import Iterator
@@ -152,13 +153,25 @@ def running(spec: TopologySpec, **start_kwargs) -> Iterator[Testbed]:
 
 def clean(verbose: bool = True) -> list[str]:
     """Remove what killed runs left: processes in their namespaces (which frees
-    the namespaces and their veths), recorded pids, root-namespace links and
-    containers bearing their prefix. Live runs are left alone."""
+    the namespaces and their veths), recorded pids, root-namespace links,
+    containers bearing their prefix, and the payloads and keys in their run
+    directories (captures and logs stay). Live runs are left alone, and so is
+    a namespace a live run holds: inode numbers are reused once freed."""
     done = []
-    for rec in records.load_all():
-        if rec.owner_alive():
+    found = records.scan()
+    live = [r for r in found if isinstance(r, RunRecord) and r.owner_alive()]
+    held = {i for r in live for i in r.netns.values()}
+    for rec in found:
+        if isinstance(rec, str):
+            try:
+                os.unlink(rec)
+                done.append(f"{os.path.basename(rec)}: unreadable record removed")
+            except OSError:
+                pass
             continue
-        victims = records.processes_in_netns(set(rec.netns.values()))
+        if rec in live:
+            continue
+        victims = records.processes_in_netns(set(rec.netns.values()) - held)
         victims += [int(p) for p, st in rec.pids.items() if st is not None and start_time(int(p)) == st]
         records.kill_pids(sorted(set(victims)))
         for link in root_links(rec.prefix):
@@ -166,9 +179,24 @@ def clean(verbose: bool = True) -> list[str]:
         for container in rec.containers:
             if container.startswith(rec.prefix):
                 proc.run(["docker", "rm", "-f", container], check=False, timeout=60)
+        note = f"{rec.prefix}: {len(set(victims))} process(es) stopped"
+        if remove_run_files(rec.run_dir):
+            note += f", payloads and keys removed from {rec.run_dir}"
         rec.remove()
-        done.append(f"{rec.prefix}: {len(set(victims))} process(es) stopped")
+        done.append(note)
     return done
+
+
+def remove_run_files(run_dir: str) -> bool:
+    """RUN/files holds a run's payloads, received copies and per-run keys: a
+    killed run's are removed (its captures and logs are kept)."""
+    files = os.path.join(run_dir, "files") if run_dir else ""
+    if not files or not os.path.isabs(files) or not os.path.isfile(os.path.join(run_dir, "config.json")):
+        return False
+    if not os.path.isdir(files):
+        return False
+    shutil.rmtree(files, ignore_errors=True)
+    return True
 
 
 def root_links(prefix: str) -> list[str]:

@@ -23,8 +23,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-import yaml
-
+from satbed import yamlfile
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
 from satbed.units import parse_rate, parse_size
@@ -233,15 +232,7 @@ def load(name_or_path: str, overrides: dict | None = None) -> TopologySpec:
     """A topology file (or a scenario's inline topology), with dotted-path
     overrides (routers.r1.interfaces.wan.queue: 20) applied before parsing."""
     path = find(name_or_path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SatbedError(f"malformed topology {path}{where}: {getattr(e, 'problem', e)}") from None
-    except OSError as e:
-        raise SatbedError(f"cannot read topology {path}: {e.strerror}") from None
+    doc = yamlfile.load(path, "topology")
     if isinstance(doc, dict) and isinstance(doc.get("topology"), dict):
         doc = doc["topology"]       # a scenario file with its topology inline
     if overrides:
@@ -311,6 +302,11 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
             raise bad(f"{where}: give the prefix length too, e.g. {ip.ip}/24")
         return ip
 
+    for section in ("hosts", "routers", "transparent"):
+        if not isinstance(doc.get(section) or {}, dict):
+            raise bad(f"{section}: must be a mapping of name: node")
+    if not isinstance(doc.get("links") or [], list):
+        raise bad("links: must be a list of [node.port, node.port] pairs")
     hosts: dict[str, HostSpec] = {}
     gateways_given: dict[str, ipaddress.IPv4Address] = {}
     for name, body in (doc.get("hosts") or {}).items():
@@ -318,6 +314,9 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
         ip = address(body.get("ip"), f"host {name}")
         if subnet is not None and ip.ip not in subnet:
             raise bad(f"host {name}: {ip.ip} is outside {subnet}")
+        if ip.network.prefixlen < 31 and ip.ip in (ip.network.network_address, ip.network.broadcast_address):
+            which = "network" if ip.ip == ip.network.network_address else "broadcast"
+            raise bad(f"host {name}: {ip.ip} is the {which} address of {ip.network}")
         if body.get("gateway") is not None:
             try:
                 gw = ipaddress.IPv4Address(str(body["gateway"]))
@@ -412,7 +411,14 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
     for item in doc.get("links") or []:
         if not isinstance(item, list) or len(item) != 2:
             raise bad(f"link {item!r} must be a pair [node.port, node.port]")
-        links.append(LinkSpec(endpoint(item[0]), endpoint(item[1])))
+        link = LinkSpec(endpoint(item[0]), endpoint(item[1]))
+        if link.a.node == link.b.node:
+            # An emulator's ports wired to each other would bypass it: ping 0.05 ms at --rtt 600.
+            raise bad(f"link {link.a} - {link.b} joins a node to itself")
+        links.append(link)
+    for h in hosts:
+        if Endpoint(h, HOST_PORT) not in used:
+            raise bad(f"host {h} is not linked (no link names {h}.{HOST_PORT})")
     for node in [*routers_raw, *transparent]:
         for p in ports_of(node) or ():
             if Endpoint(node, p) not in used:

@@ -15,6 +15,7 @@ import pytest
 
 from satbed_testlib import REPO, needs_root, root_links, satbed
 from satbed import docker
+from satbed.errors import SatbedError
 
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
@@ -36,14 +37,36 @@ def images():
     return {"tags": built, "seconds": time.monotonic() - started}
 
 
+def _owner_alive(name: str) -> bool:
+    cp = docker.docker("inspect", "--format", f'{{{{index .Config.Labels "{docker.LABEL}.owner"}}}}', name,
+                       check=False)
+    owner = cp.stdout.strip()
+    return owner.isdigit() and os.path.exists(f"/proc/{owner}")
+
+
 @pytest.fixture
 def no_leftovers():
+    """Nothing this test made is left: satbed containers that appeared
+    during it and whose owner is gone (others' live runs are theirs), and
+    root-namespace links with a run prefix."""
     links_before = root_links()
-    networks_before = set(docker.docker("network", "ls", "-q").stdout.split())
+    before = set(satbed_containers())
     yield
-    assert satbed_containers() == []
-    assert set(docker.docker("network", "ls", "-q").stdout.split()) == networks_before
+    left = [c for c in set(satbed_containers()) - before if not _owner_alive(c)]
+    assert left == []
     assert {ln for ln in root_links() - links_before if ln.startswith("sb")} == set()
+
+
+FIXTURE_IMAGE = "satbed-fixture/splitpep:latest"
+
+
+@pytest.fixture(scope="module")
+def fixture_image(images):
+    """A PEP image that is not ours (tests/fixtures/pep-splitpy), built once;
+    Docker's layer cache makes a rebuild a no-op."""
+    docker.docker("build", "-q", "-t", FIXTURE_IMAGE, os.path.join(REPO, "tests", "fixtures", "pep-splitpy"),
+                  timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    return FIXTURE_IMAGE
 
 
 # ------------------------------------------------------------ no root needed
@@ -80,6 +103,72 @@ def test_host_mirror_reads_deb822(tmp_path, monkeypatch):
     monkeypatch.setattr(docker, "DEBIAN_SOURCES", str(src))
     assert docker.host_mirror() == "http://mirror.lab/debian"
     assert docker.host_mirror(security=True) == "http://mirror.lab/security"
+
+
+def test_pep_check_stats_rules():
+    from satbed.pepcheck import stats_problems
+    good = {"name": "x", "connections_split": 1, "connections_active": 0, "bytes_lan_to_wan": 5,
+            "bytes_wan_to_lan": 0, "splitting": True, "extra": "kept"}
+    assert stats_problems(good, "x", True) == []
+    for broken, problem in [({"name": "x"}, "no connections_split"),
+                            ({**good, "connections_split": True}, "connections_split is bool"),
+                            ({**good, "bytes_lan_to_wan": "5"}, "bytes_lan_to_wan is str"),
+                            ({**good, "connections_active": -1}, "connections_active is negative"),
+                            ({**good, "splitting": 1}, "splitting is int"),
+                            ({**good, "name": "y"}, "not the label's"),
+                            ({**good, "splitting": False}, "the label says true"),
+                            ([good], "not a JSON object")]:
+        assert any(problem in p for p in stats_problems(broken, "x", True)), (broken, problem)
+
+
+def test_pep_check_label_rules():
+    from satbed.pepcheck import label_problems
+    assert label_problems({"org.satbed.contract": "1", "org.satbed.pep.name": "x",
+                           "org.satbed.pep.splits": "false"}) == []
+    assert len(label_problems({"org.satbed.contract": "1"})) == 2
+    assert len(label_problems({})) == 3
+
+
+def test_pep_names_and_images():
+    from satbed import peps
+    assert peps.is_image("lab/pep:1") and peps.is_image("pep@sha256:ab") and not peps.is_image("pepd")
+    assert peps.check("lab/pep:1") == "lab/pep:1"
+    assert peps.slug("satbed/pep-pepd:latest") == "satbed_pep-pepd_latest"
+    peps.check_backend("lab/pep:1", "docker")
+    with pytest.raises(SatbedError, match="needs --backend docker"):
+        peps.check_backend("lab/pep:1", "mininet")
+    with pytest.raises(SatbedError, match="unknown PEP 'nosuch'"):
+        peps.check("nosuch")
+
+
+def test_container_nodes_get_namespaced_sysctls_only():
+    pep = docker.node_sysctls("pep")
+    assert pep["net.ipv4.ip_forward"] == "1" and pep["net.ipv4.conf.all.send_redirects"] == "0"
+    assert all(k.startswith("net.") for k in pep)          # namespaced keys only
+    assert "net.ipv4.ip_forward" not in docker.node_sysctls("host")
+
+
+@pytest.mark.parametrize("text,want", [("10:1", {"period_s": 10.0, "down_s": 1.0, "offset_s": 0.0}),
+                                       ("60:5:2.5", {"period_s": 60.0, "down_s": 5.0, "offset_s": 2.5}),
+                                       ("off", None)])
+def test_compose_outage_option(text, want):
+    from satbed.compose import _outage
+    assert _outage(text) == want
+
+
+@pytest.mark.parametrize("text", ["10", "1:10", "x:1", "0:0", "10:-1", "1:2:3:4"])
+def test_compose_outage_option_rejects(text):
+    from satbed.compose import _outage
+    with pytest.raises(SatbedError, match="PERIOD_S:DOWN_S"):
+        _outage(text)
+
+
+def test_compose_link_parameters():
+    import argparse
+    from satbed.compose import _link_params
+    ns = argparse.Namespace(rate="4mbit", ceil=None, rtt="300", ber="1e-6", queue=50, outage=None)
+    assert _link_params(ns) == {"rate_bps": 4_000_000, "ceil_bps": 4_000_000, "delay_ms": 150.0,
+                                "ber": 1e-6, "queue_packets": 50}
 
 
 # ------------------------------------------------------------ root and Docker
@@ -163,8 +252,8 @@ def test_goodput_matches_the_namespace_backend(images, tmp_path, no_leftovers):
 
 @needs_root
 @needs_docker
-@pytest.mark.parametrize("image", ["satbed/pep-none:latest", "satbed/pep-pepd:latest"])
-def test_pep_check_passes(images, image, no_leftovers):
+@pytest.mark.parametrize("image", ["satbed/pep-none:latest", "satbed/pep-pepd:latest", FIXTURE_IMAGE])
+def test_pep_check_passes(images, fixture_image, image, no_leftovers):
     cp = satbed("pep-check", image, timeout=300)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert cp.stdout.strip().splitlines()[-1] == f"PASS {image}"
@@ -203,33 +292,177 @@ def test_clean_removes_the_containers_of_a_killed_run(images, tmp_path, no_lefto
     assert cp.returncode == 0, cp.stderr
 
 
+def _compose(project: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return satbed("compose", "--project", project, *args, timeout=timeout)
+
+
 @needs_root
 @needs_docker
-def test_compose_testbed_wires_and_carries_traffic(images, no_leftovers):
+def test_compose_swaps_peps_on_a_standing_testbed(images, fixture_image, no_leftovers):
+    """The lab's sequence: up with pepd; swap to none, to a lab's own image,
+    back to pepd, each followed by a transfer compared by SHA-256 and the
+    split counts that PEP must show; the link changed live; nothing left."""
     project = "sbt" + os.urandom(2).hex()
-    env = {**os.environ, "COMPOSE_PROJECT_NAME": project, "PEP_IMAGE": "satbed/pep-pepd:latest",
-           "RTT_MS": "100"}
 
-    def compose(*args, timeout=300):
-        return subprocess.run(["docker-compose", "-f", os.path.join(REPO, "docker-compose.yml"), *args],
-                              capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+    def settled(cp: subprocess.CompletedProcess) -> dict:
+        assert cp.returncode == 0, cp.stderr
+        res = json.loads(cp.stdout)
+        assert res["path"]["tcp_intact"] and all(res["links"].values()), res
+        return res
+
     try:
-        up = compose("up", "-d")
-        assert up.returncode == 0, up.stderr
-        wire = subprocess.run([os.path.join(REPO, "docker", "wire.sh")], capture_output=True, text=True,
-                              env=env, timeout=300)
-        assert wire.returncode == 0, wire.stderr
-        client = f"{project}_clientA_1"
-        ping = docker.docker("exec", client, "ping", "-c", "3", "-i", "0.3", "10.99.99.254", check=False)
-        assert ping.returncode == 0, ping.stdout
+        res = settled(_compose(project, "up", "--pep", "pepd", "--rtt", "100", "--json"))
+        assert res["nodes"]["pepA"]["image"] == "satbed/pep-pepd:latest"
+        assert res["path"]["split"] == {"pepA": 1, "pepB": 1}        # the WAN leg is pepA <-> pepB
+        assert 99 <= res["path"]["rtt_ms"] <= 150, res["path"]
+        emulator = docker.docker("ps", "-q", "--filter", f"name={project}_emulator_1").stdout.strip()
+        hosts = docker.docker("ps", "-q", "--filter", f"name={project}_client").stdout.split()
+        for image, split in (("satbed/pep-none:latest", {"pepA": 0, "pepB": 0}),
+                             (fixture_image, {"pepA": 1, "pepB": 0}),   # it splits what its LAN opens
+                             ("pepd", {"pepA": 1, "pepB": 1})):
+            res = settled(_compose(project, "swap", image, "--json"))
+            assert res["path"]["split"] == split, (image, res["path"])
+            assert {res["nodes"][n]["image"] for n in ("pepA", "pepB")} == {docker.pep_image(image)}
+        # The end hosts and the emulator were never recreated.
+        assert docker.docker("ps", "-q", "--filter", f"name={project}_emulator_1").stdout.strip() == emulator
+        assert docker.docker("ps", "-q", "--filter", f"name={project}_client").stdout.split() == hosts
+        # One side only; leaving --pep off a later up keeps what runs.
+        settled(_compose(project, "swap", "none", "--side", "b", "--json"))
+        res = settled(_compose(project, "up", "--json"))
+        assert [res["nodes"][n]["image"] for n in ("pepA", "pepB")] == ["satbed/pep-pepd:latest",
+                                                                         "satbed/pep-none:latest"]
+        cp = _compose(project, "link", "--rtt", "200")
+        assert cp.returncode == 0 and "RTT 200 ms" in cp.stdout, cp.stderr
+        ping = docker.docker("exec", f"{project}_clientA_1", "ping", "-c", "3", "-i", "0.3", "10.99.99.254")
         rtt = float(ping.stdout.strip().splitlines()[-1].split("=")[1].split("/")[1])
-        assert 95 <= rtt <= 150, ping.stdout            # the emulator's 100 ms
-        stats = json.loads(docker.docker("exec", f"{project}_pepA_1", "satbed-pep", "stats").stdout)
-        assert stats["name"] == "pepd"
+        assert 199 <= rtt <= 250, ping.stdout
+        st = json.loads(_compose(project, "status", "--json").stdout)
+        assert st["link"]["a_to_b"]["delay_ms"] == 100
+        assert st["nodes"]["pepA"]["stats"]["name"] == "pepd"
     finally:
-        down = compose("down", "-t", "20")
+        down = _compose(project, "down")
     assert down.returncode == 0, down.stderr
     left = docker.docker("ps", "-a", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout
     assert left.strip() == ""
     assert docker.docker("network", "ls", "-q", "--filter", f"name={project}").stdout.strip() == ""
 
+
+@needs_root
+@needs_docker
+def test_pep_check_fails_a_do_nothing_image(images, tmp_path, no_leftovers):
+    """An image that bridges and answers but does nothing else: stats with a
+    name only, no labels but the contract's, every option accepted."""
+    (tmp_path / "entry").write_text("""#!/bin/sh
+case "${1:-run}" in
+run)
+    trap 'exit 0' TERM
+    until ip link show "$SATBED_PEP_WAN" >/dev/null 2>&1; do sleep 0.1; done
+    ip link add br0 type bridge
+    for p in "$SATBED_PEP_LAN" "$SATBED_PEP_WAN"; do ip link set "$p" master br0 up; done
+    ip link set br0 up
+    mkdir -p "$SATBED_STATE_DIR" && touch "$SATBED_STATE_DIR/ready"
+    while :; do sleep 1; done ;;
+stats) echo '{"name": "nothing"}' ;;
+*) echo ok ;;
+esac
+""")
+    (tmp_path / "Dockerfile").write_text("FROM satbed/base:latest\nCOPY entry /entry\nRUN chmod 755 /entry\n"
+                                         "LABEL org.satbed.contract=1\nENTRYPOINT [\"/entry\"]\n")
+    tag = f"satbed-fixture/do-nothing:{os.urandom(3).hex()}"
+    docker.docker("build", "-q", "-t", tag, str(tmp_path), timeout=300, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        cp = satbed("pep-check", tag, timeout=300)
+    finally:
+        docker.docker("rmi", "-f", tag, check=False)
+    assert cp.returncode == 1, cp.stdout + cp.stderr
+    failed = {ln.split()[1] for ln in cp.stdout.splitlines() if ln.startswith("FAIL ")}
+    assert {"labels", "splitting", "stats", "options"} <= failed, cp.stdout
+    assert cp.stdout.strip().splitlines()[-1] == f"FAIL {tag}"
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+@needs_root
+@needs_docker
+def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftovers):
+    """pepd, started by satbed inside a PEP container, has that container's
+    capability sets, seccomp mode, cgroups and pid namespace; it and the
+    container's other programs cannot write a sysctl, least of all a host one."""
+    from satbed import peps, topology
+    from satbed.emulation import LinkConfig
+    from satbed.testbed import Testbed
+    tb = Testbed(topology.load("globalhawk"), backend="docker")
+    pep = None
+    try:
+        with docker.options(pep="pepd", run_dir=str(tmp_path), record=tb.record):
+            tb.start()
+        node = tb.nodes["pepA"]
+        pep = peps.Pep("pepd", node, "a", LinkConfig(), str(tmp_path))
+        pep.start()
+        init = node.sandbox.pid
+        with open(os.path.join(pep.state_dir, "pepd.pid"), encoding="ascii") as f:
+            inner = f.read().strip()
+        # The host pid of that pepd: a process in the container's pid namespace whose innermost pid it is.
+        pidns = os.readlink(f"/proc/{init}/ns/pid")
+        hits = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ns_pid(int(p)) == (pidns, inner)]
+        assert len(hits) == 1, hits
+        mine, theirs = _status(hits[0]), _status(init)
+        assert mine["Name"] == "pepd"
+        for key in ("CapEff", "CapPrm", "CapBnd", "Seccomp", "NoNewPrivs"):
+            assert mine[key] == theirs[key], key
+        assert mine["Seccomp"] == "2"                       # filter mode: Docker's profile
+        assert int(mine["CapEff"], 16) & (1 << 21) == 0     # no CAP_SYS_ADMIN
+        assert _read(f"/proc/{hits[0]}/cgroup") == _read(f"/proc/{init}/cgroup")
+        assert f"/docker/" in _read(f"/proc/{hits[0]}/cgroup")
+        # A PEP container cannot write a host-wide sysctl, nor its own.
+        host_value = _read("/proc/sys/kernel/pid_max").strip()
+        cp = node.run(["sh", "-c", f"echo {host_value} >/proc/sys/kernel/pid_max"], check=False)
+        assert cp.returncode != 0 and "Read-only file system" in cp.stderr, cp
+        cp = node.run(["sysctl", "-w", "net.ipv4.ip_forward=0"], check=False)
+        assert cp.returncode != 0
+        assert node.run(["sysctl", "-n", "net.ipv4.ip_forward"]).stdout.strip() == "1"
+        assert _read("/proc/sys/kernel/pid_max").strip() == host_value
+    finally:
+        if pep is not None:
+            pep.stop()
+        tb.stop()
+
+
+def _ns_pid(pid: int) -> tuple[str, str] | None:
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+        nspid = _status(pid).get("NSpid", "").split()
+    except OSError:
+        return None
+    return (ns, nspid[-1]) if nspid else None
+
+
+@needs_root
+@needs_docker
+def test_run_and_matrix_drive_a_lab_image(images, fixture_image, tmp_path, no_leftovers):
+    cp = satbed("run", "--backend", "docker", "--pep", fixture_image, "--client", "nuttcp-tcp", "--size", "2M",
+                "--rtt", "100", "--no-analysis", "--out", str(tmp_path / "runs"), timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    assert summary["integrity"] == "ok"
+    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
+        pep = json.load(f)["pep"]
+    assert pep["name"] == fixture_image and pep["nodes"]["pepA"]["name"] == "splitpep"
+    assert pep["connections_split"] >= 1          # on the side whose end host opened the connection
+    assert os.path.isfile(os.path.join(run_dir, "pep", "pepA", "proxy.log"))   # its state dir is the run's
+    exp = tmp_path / "lab.yaml"
+    exp.write_text(f"fixed: {{client: nuttcp-tcp, size: 1M, rtt: 100, pep: '{fixture_image}', analyze: false}}\n")
+    cp = satbed("matrix", str(exp), "--backend", "docker", "--out", str(tmp_path / "matrix"), timeout=900)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout.strip().splitlines()[-1]).get("ok") == 1, cp.stdout
+    cp = satbed("matrix", str(exp), "--out", str(tmp_path / "netns"), timeout=120)
+    assert cp.returncode == 2 and "needs --backend docker" in cp.stderr, cp.stderr
+    assert len(cp.stderr.strip().splitlines()) == 1

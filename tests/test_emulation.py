@@ -25,7 +25,7 @@ def test_per_follows_frame_size():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"rtt_ms": -1}, "RTT must be 0 or more"),
+    ({"rtt_ms": -1}, "RTT must be within 0"),
     ({"ber": 1}, r"BER must be in \[0, 1\)"),
     ({"ber": -0.1}, r"BER must be in \[0, 1\)"),
     ({"rate": "0"}, "rate must be positive"),

@@ -60,14 +60,14 @@ def test_unknown_topology_names_the_known_ones():
 def test_malformed_yaml_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("hosts: [unclosed\n")
-    with pytest.raises(SatbedError, match="malformed topology .* line"):
+    with pytest.raises(SatbedError, match="line 2 not valid YAML .topology."):
         topology.load(str(bad))
 
 
 @pytest.mark.parametrize("args, message", [
     (["run", "--client", "pong"], "unknown client 'pong'"),
     (["run", "--pep", "nosuchpep"], "unknown PEP 'nosuchpep'"),
-    (["run", "--rtt", "-5"], "RTT must be 0 or more"),
+    (["run", "--rtt", "-5"], "--rtt: rtt must be within 0"),
     (["run", "--ber", "2"], "BER must be in [0, 1)"),
     (["run", "--topology", "nosuch"], "unknown topology"),
     (["run", "--size", "lots"], "bad size"),

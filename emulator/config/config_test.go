@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,6 +132,37 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("multi-line error %q", err)
 				}
 			}
+		}
+	})
+}
+
+// FuzzMerge drives what the control socket's `set` hands the emulator: a
+// partial direction on top of a valid one. Whatever the bytes, the base is
+// untouched, and an accepted merge either resolves to parameters or fails
+// with one line.
+func FuzzMerge(f *testing.F) {
+	f.Add([]byte(`{"rate_bps": 2e6, "delay_ms": 300}`))
+	f.Add([]byte(`{"ber": 1e-5, "queue_packets": 20}`))
+	f.Add([]byte(`{"outage": {"period_s": 40, "down_s": 10, "offset_s": 0}}`))
+	f.Add([]byte(`{"gilbert_elliott": null, "ceil_bps": -1}`))
+	f.Add([]byte(`{"delay_ms": 1e308, "rate_bps": "fast"}`))
+	f.Fuzz(func(t *testing.T, partial []byte) {
+		c, err := Decode([]byte(example))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := c.AToB
+		before, _ := json.Marshal(base)
+		m, err := Merge(base, partial)
+		if after, _ := json.Marshal(base); string(after) != string(before) {
+			t.Fatalf("merge modified its base: %s -> %s", before, after)
+		}
+		if err != nil {
+			return
+		}
+		m.Profile = "" // no file access while fuzzing
+		if _, err := m.Params(); err != nil && strings.Contains(err.Error(), "\n") {
+			t.Fatalf("multi-line error %q", err)
 		}
 	})
 }

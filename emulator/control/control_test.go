@@ -6,16 +6,19 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 type fakeHandler struct{ set []string }
 
-func (f *fakeHandler) Config() any { return map[string]int{"x": 1} }
-func (f *fakeHandler) Stats() any  { return map[string]int{"frames": 2} }
+func (f *fakeHandler) Config() any         { return map[string]int{"x": 1} }
+func (f *fakeHandler) Stats() any          { return map[string]int{"frames": 2} }
+func (f *fakeHandler) StartClock() float64 { return 1.5 }
 func (f *fakeHandler) Set(dir string, p json.RawMessage) error {
 	if dir != "a_to_b" {
 		return errors.New("bad dir")
@@ -32,6 +35,7 @@ func TestHandle(t *testing.T) {
 		substr string
 	}{
 		{`{"op":"get"}`, true, `"config":{"x":1}`},
+		{`{"op":"clock"}`, true, `"clock_started_s":1.5`},
 		{`{"op":"stats"}`, true, `"frames":2`},
 		{`{"op":"set","dir":"a_to_b","params":{"delay_ms":5}}`, true, `"ok":true`},
 		{`{"op":"set","dir":"zz","params":{}}`, false, "bad dir"},
@@ -58,6 +62,9 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v (err %v), want 0600 whatever the umask", fi.Mode().Perm(), err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Serve(ctx); close(done) }()
@@ -81,6 +88,23 @@ func TestServer(t *testing.T) {
 	case <-done:
 	case <-time.After(2 * time.Second):
 		t.Fatal("server did not stop")
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket %s left behind (%v)", path, err)
+	}
+}
+
+func TestSocketModeIgnoresUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "open.sock")
+	s, err := Listen(path, &fakeHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("under umask 000 the socket is %v (err %v), want 0600", fi.Mode().Perm(), err)
 	}
 }
 

@@ -152,3 +152,24 @@ func TestSum(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRead: a stats file as another process (or a lab's PEP) leaves it:
+// anything decodes or fails with an error, and sums of what decodes add up.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"name":"pepd","connections_split":3,"splitting":true}`))
+	f.Add([]byte(`{"connections_split":-1,"bytes_lan_to_wan":9223372036854775807}`))
+	f.Add([]byte(`not json`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "stats.json")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Read(p)
+		if err != nil {
+			return
+		}
+		if sum := Sum([]Snapshot{s, s}); sum.ConnectionsSplit != 2*s.ConnectionsSplit {
+			t.Fatalf("sum of two %d is %d", s.ConnectionsSplit, sum.ConnectionsSplit)
+		}
+	})
+}

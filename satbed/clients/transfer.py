@@ -58,9 +58,12 @@ def find_tool(name: str) -> str:
     return path
 
 
+def keep_files_wanted() -> bool:
+    return os.environ.get("SATBED_KEEP_FILES", "").lower() in ("1", "yes", "true")
+
+
 def keep_files(ctx: ClientContext) -> bool:
-    return ctx.keep_files or \
-        os.environ.get("SATBED_KEEP_FILES", "").lower() in ("1", "yes", "true")
+    return ctx.keep_files or keep_files_wanted()
 
 
 @dataclass
@@ -219,8 +222,8 @@ class Run:
     # The payload --------------------------------------------------------
 
     def payload(self, path: str) -> Payload:
+        self.files.append(path)     # first: an interrupt mid-write leaves no partial file
         p = make_payload(path, self.ctx.size_bytes, self.ctx.seed)
-        self.files.append(path)
         self.note(f"payload {path}: {p.size} bytes sha256 {p.sha256}")
         return p
 
