@@ -300,18 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.typed = set()
-    if args.command == "run":
-        # Which options were typed (a scenario's values give way only to those):
-        # argparse fills a default only where the namespace has no value yet.
-        words = list(sys.argv[1:] if argv is None else argv)
-        unset = object()
-        probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
-        parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
-        args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        args.typed = set()
+        if args.command == "run":
+            # Which options were typed (a scenario's values give way only to those):
+            # argparse fills a default only where the namespace has no value yet.
+            words = list(sys.argv[1:] if argv is None else argv)
+            unset = object()
+            probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
+            parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
+            args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
         if getattr(args, "needs_root", True):
             from satbed.proc import require_root
             require_root()
