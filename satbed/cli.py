@@ -320,5 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"satbed: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # Everything is removed by now: a further Ctrl-C has nothing left to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("satbed: interrupted; testbed removed", file=sys.stderr)
         return 130
