@@ -466,3 +466,24 @@ def test_run_and_matrix_drive_a_lab_image(images, fixture_image, tmp_path, no_le
     cp = satbed("matrix", str(exp), "--out", str(tmp_path / "netns"), timeout=120)
     assert cp.returncode == 2 and "needs --backend docker" in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
+
+
+@needs_root
+@needs_docker
+@pytest.mark.parametrize("args,error", [
+    (["--project", "Bad!", "status"], "bad project name"),
+    (["--project", "sbtabsent", "swap", "pepd"], "not running"),
+    (["--project", "sbtabsent", "swap", "nosuch/pep:1"], "not running"),
+    (["--project", "sbtabsent", "link"], "nothing to change"),
+    (["--project", "sbtabsent", "link", "--outage", "5"], "PERIOD_S:DOWN_S"),
+    (["--project", "sbtabsent", "link", "--rtt", "fast"], "RTT"),
+    (["--project", "sbtabsent", "up", "--pep", "nosuch/pep:1"], "no image nosuch/pep:1"),
+    (["--project", "sbtabsent", "up", "--pep", "satbed/host:latest"], "does not declare the PEP image contract"),
+    (["--project", "sbtabsent", "up", "--pep", "pepd", "--pep-a", "none"], "not both"),
+])
+def test_compose_bad_input_is_one_line(args, error):
+    cp = satbed("compose", *args, timeout=120)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and error in lines[0], cp.stderr
+    assert docker.docker("ps", "-a", "-q", "--filter", "label=com.docker.compose.project=sbtabsent").stdout == ""
