@@ -146,6 +146,7 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
         scratch = tempfile.mkdtemp(prefix="satbed-checklink-")
         emu = emulation.make(node, link, scratch)
         emu.start()
+        emu.start_clock()       # outages and profiles count from the measurement
         ground, aircraft = spec.host_with_role("ground"), spec.host_with_role("aircraft")
         if ground is None or aircraft is None:
             raise SatbedError(f"topology {spec.name}: check-link needs one host role: ground and one role: aircraft")

@@ -174,6 +174,14 @@ class Emulator:
     def set(self, direction: str, **params) -> None:
         raise SatbedError(f"the {self.backend} backend cannot change parameters mid-run")
 
+    def down(self) -> str:
+        """'' while the emulator works, else one line saying why not."""
+        return ""
+
+    def start_clock(self) -> float | None:
+        """Start outage and profile schedules now (backends without them: nothing to start)."""
+        return None
+
 
 class BridgeEmulator(Emulator):
     backend = "bridge"
@@ -223,7 +231,9 @@ class Satemu(Emulator):
         def direction(d: Direction) -> dict:
             doc = {k: v for k, v in dataclasses.asdict(d).items() if v is not None}
             return doc
-        return {"seed": self.cfg.seed, "sample_ms": 100,
+        # Outages and profiles count from the transfer's start (start_clock), not
+        # from satemu's: an outage at offset 0 would otherwise hit the testbed's setup.
+        return {"seed": self.cfg.seed, "sample_ms": 100, "clock": "control",
                 "a_to_b": direction(self.cfg.a_to_b), "b_to_a": direction(self.cfg.b_to_a)}
 
     def start(self) -> None:
@@ -270,6 +280,17 @@ class Satemu(Emulator):
                     break
                 buf += chunk
         return json.loads(buf or b"{}")
+
+    def down(self) -> str:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"emulator satemu on {self.node.name} exited (code {self.proc.returncode}): {self._log_tail()}"
+        return ""
+
+    def start_clock(self) -> float | None:
+        reply = self.request({"op": "clock"})
+        if not reply.get("ok"):
+            raise SatbedError(f"satemu on {self.node.name} did not start its schedule clock: {reply.get('error')}")
+        return reply.get("clock_started_s", 0.0)
 
     def set(self, direction: str, **params) -> None:
         reply = self.request({"op": "set", "dir": direction, "params": params})

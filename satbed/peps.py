@@ -7,12 +7,10 @@ meeting the image contract, driven through its own ENTRYPOINT verbs."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-from typing import Iterator
 
 from satbed.emulation import MTU_FRAME, LinkConfig
 from satbed.errors import SatbedError
@@ -173,22 +171,3 @@ def unhealthy(pep_list: list[Pep]) -> str:
         if not up:
             down.append(f"PEP {p.name} on {p.node.name} is down: {line}")
     return "; ".join(down)
-
-
-@contextlib.contextmanager
-def guarded(pep_list: list[Pep]) -> Iterator[None]:
-    """Run a transfer between two health checks of the PEPs, so that a dead
-    PEP, not the client it left without a path, is named as the failure."""
-    down = unhealthy(pep_list)
-    if down:
-        raise SatbedError(f"before the transfer: {down}")
-    try:
-        yield
-    except Exception as e:
-        down = unhealthy(pep_list)
-        if down:
-            raise SatbedError(f"{down} (the client then failed: {last_line(str(e))})") from e
-        raise
-    down = unhealthy(pep_list)
-    if down:
-        raise SatbedError(f"after the transfer: {down}")

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic
+from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic, watch
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -270,7 +270,12 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        with peps.guarded(pep_list):       # a dead PEP is named, not the client it stranded
+        # Outages and profiles count from here: the main flow's start.
+        clocks = {name: emu.start_clock() for name, emu in emus.items()}
+        if any(v is not None for v in clocks.values()):
+            result["schedule_clock_started_s"] = clocks
+        # A dead PEP or emulator is named, not the client it stranded.
+        with watch.guarded(pep_list, list(emus.values())):
             result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc

@@ -43,6 +43,7 @@ def test_outage_drops_everything_while_down():
     with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
         emu = emulation.make(tb.transparent("emulator")[0], cfg, tempfile.mkdtemp(prefix="satbed-test-"))
         emu.start()
+        emu.start_clock()       # schedules are held until the measurement starts
         try:
             a, b = tb.host("clientA"), tb.host("clientB")
             per = checklink.per_probe(a, b, 1514, 2000, 2e6, 0.0)

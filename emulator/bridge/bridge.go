@@ -113,6 +113,9 @@ func New(cfg *config.Config, seed uint64, clock Clock, a, bp Port, opts Options)
 			return nil, fmt.Errorf("%s: %w", d.name, err)
 		}
 		b.dirs[i] = &Dir{Name: d.name, pl: link.NewPipeline(p, seed, uint64(i)), raw: d.raw, dl: newDelayLine()}
+		if cfg.Clock == "control" {
+			b.dirs[i].pl.HoldSchedules()
+		}
 	}
 	b.dirs[0].in, b.dirs[1].in = a, bp
 	return b, nil
@@ -402,6 +405,18 @@ func (b *Bridge) Set(dir string, partial json.RawMessage) error {
 		d.mu.Unlock()
 	}
 	return nil
+}
+
+// StartClock starts both directions' outage and profile schedules now and
+// returns the moment (time since the emulator started).
+func (b *Bridge) StartClock() time.Duration {
+	now := b.clock()
+	for _, d := range b.dirs {
+		d.mu.Lock()
+		d.pl.StartSchedules(now)
+		d.mu.Unlock()
+	}
+	return now
 }
 
 // DirConfig is a direction's configuration as the user wrote it and with

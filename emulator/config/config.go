@@ -27,10 +27,14 @@ const maxBucketBytes = 1 << 30
 
 // Config is the whole file. Pointer fields distinguish "absent" from zero.
 type Config struct {
-	Seed     *uint64   `json:"seed,omitempty"`
-	SampleMs *int      `json:"sample_ms,omitempty"`
-	AToB     Direction `json:"a_to_b"`
-	BToA     Direction `json:"b_to_a"`
+	Seed     *uint64 `json:"seed,omitempty"`
+	SampleMs *int    `json:"sample_ms,omitempty"`
+	// Clock says when outage and profile schedules start: "start" (or
+	// empty) when satemu starts, "control" when the control socket's
+	// {"op":"clock"} says so (a testbed starts it as the transfer begins).
+	Clock string    `json:"clock,omitempty"`
+	AToB  Direction `json:"a_to_b"`
+	BToA  Direction `json:"b_to_a"`
 }
 
 // Direction is one direction as written by the user.
@@ -130,6 +134,9 @@ func Load(path string) (*Config, error) {
 
 // Validate checks the global fields and both directions (loading profiles).
 func (c *Config) Validate() error {
+	if c.Clock != "" && c.Clock != "start" && c.Clock != "control" {
+		return fmt.Errorf("clock %q: want start or control", c.Clock)
+	}
 	if c.SampleMs != nil && (*c.SampleMs < 1 || *c.SampleMs > 3_600_000) {
 		return fmt.Errorf("sample_ms %d outside [1,3600000]", *c.SampleMs)
 	}

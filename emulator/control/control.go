@@ -4,6 +4,7 @@
 //	{"op":"get"}                                   -> {"ok":true,"config":{...}}
 //	{"op":"set","dir":"a_to_b","params":{...}}     -> {"ok":true} | {"ok":false,"error":"..."}
 //	{"op":"stats"}                                 -> {"ok":true,"stats":{...}}
+//	{"op":"clock"}                                 -> {"ok":true,"clock_started_s":12.3}
 package control
 
 import (
@@ -24,6 +25,9 @@ type Handler interface {
 	Config() any
 	Set(dir string, params json.RawMessage) error
 	Stats() any
+	// StartClock starts the outage and profile schedules now; it returns
+	// the moment in seconds since the emulator started.
+	StartClock() float64
 }
 
 // Request is one line from a client.
@@ -35,10 +39,11 @@ type Request struct {
 
 // Response is one line to a client.
 type Response struct {
-	OK     bool   `json:"ok"`
-	Error  string `json:"error,omitempty"`
-	Config any    `json:"config,omitempty"`
-	Stats  any    `json:"stats,omitempty"`
+	OK     bool    `json:"ok"`
+	Error  string  `json:"error,omitempty"`
+	Config any     `json:"config,omitempty"`
+	Stats  any     `json:"stats,omitempty"`
+	ClockS float64 `json:"clock_started_s,omitempty"`
 }
 
 const maxLine = 1 << 20
@@ -55,13 +60,13 @@ func ParseRequest(line []byte) (Request, error) {
 		return r, errors.New("bad request: trailing data")
 	}
 	switch r.Op {
-	case "get", "stats":
+	case "get", "stats", "clock":
 	case "set":
 		if len(r.Params) == 0 || r.Params[0] != '{' {
 			return r, errors.New("set: params must be a JSON object")
 		}
 	default:
-		return r, fmt.Errorf("unknown op %q (want get, set or stats)", r.Op)
+		return r, fmt.Errorf("unknown op %q (want get, set, stats or clock)", r.Op)
 	}
 	return r, nil
 }
@@ -77,6 +82,8 @@ func Handle(h Handler, line []byte) Response {
 		return Response{OK: true, Config: h.Config()}
 	case "stats":
 		return Response{OK: true, Stats: h.Stats()}
+	case "clock":
+		return Response{OK: true, ClockS: h.StartClock()}
 	default:
 		if err := h.Set(r.Dir, r.Params); err != nil {
 			return Response{Error: err.Error()}

@@ -16,8 +16,9 @@ import (
 
 type fakeHandler struct{ set []string }
 
-func (f *fakeHandler) Config() any { return map[string]int{"x": 1} }
-func (f *fakeHandler) Stats() any  { return map[string]int{"frames": 2} }
+func (f *fakeHandler) Config() any         { return map[string]int{"x": 1} }
+func (f *fakeHandler) Stats() any          { return map[string]int{"frames": 2} }
+func (f *fakeHandler) StartClock() float64 { return 1.5 }
 func (f *fakeHandler) Set(dir string, p json.RawMessage) error {
 	if dir != "a_to_b" {
 		return errors.New("bad dir")
@@ -34,6 +35,7 @@ func TestHandle(t *testing.T) {
 		substr string
 	}{
 		{`{"op":"get"}`, true, `"config":{"x":1}`},
+		{`{"op":"clock"}`, true, `"clock_started_s":1.5`},
 		{`{"op":"stats"}`, true, `"frames":2`},
 		{`{"op":"set","dir":"a_to_b","params":{"delay_ms":5}}`, true, `"ok":true`},
 		{`{"op":"set","dir":"zz","params":{}}`, false, "bad dir"},

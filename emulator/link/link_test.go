@@ -189,6 +189,29 @@ func TestOutageSchedule(t *testing.T) {
 	}
 }
 
+func TestSchedulesHeldThenStarted(t *testing.T) {
+	pl := NewPipeline(Params{Delay: 250 * time.Millisecond,
+		Outage: &Outage{Period: 40 * time.Second, Down: 10 * time.Second}}, 1, 0)
+	pl.HoldSchedules()
+	// Held: the link is up through what would be the first outage.
+	for _, at := range []time.Duration{0, 5 * time.Second, 9 * time.Second} {
+		if _, d, _, up := pl.Effective(at); !up || d != 250*time.Millisecond {
+			t.Errorf("held at %v: up=%v delay=%v", at, up, d)
+		}
+	}
+	// Started at 100 s: the schedule counts from there.
+	pl.StartSchedules(100 * time.Second)
+	tests := []struct {
+		at   time.Duration
+		down bool
+	}{{100 * time.Second, true}, {109 * time.Second, true}, {110 * time.Second, false}, {140 * time.Second, true}}
+	for _, tc := range tests {
+		if _, _, _, up := pl.Effective(tc.at); up == tc.down {
+			t.Errorf("started at 100 s, at %v: up=%v want down=%v", tc.at, up, tc.down)
+		}
+	}
+}
+
 func TestGilbertElliott(t *testing.T) {
 	g := &GE{P: 0.1, R: 0.4, LossBad: 1}
 	var s GEState

@@ -78,6 +78,10 @@ type Pipeline struct {
 	rng        *rand.Rand
 	ge         GEState
 	c          Counters
+	// The outage and profile schedules run on their own clock: from origin
+	// on, and not at all while held (the link keeps its base parameters).
+	origin time.Duration
+	held   bool
 }
 
 // NewPipeline builds a pipeline; seed and stream select the PRNG sequence.
@@ -118,6 +122,10 @@ func (pl *Pipeline) QueueLen(now time.Duration) (packets, bytes int) {
 // up state in force at t, with the profile applied.
 func (pl *Pipeline) Effective(t time.Duration) (rate float64, delay time.Duration, ber float64, up bool) {
 	rate = pl.p.RateBps
+	if pl.held {
+		return rate, pl.p.Delay, pl.p.BER, true
+	}
+	t -= pl.origin
 	if r, ok := pl.p.Profile.Rate(t); ok {
 		rate = r
 	}
@@ -132,6 +140,14 @@ func (pl *Pipeline) Effective(t time.Duration) (rate float64, delay time.Duratio
 	up = pl.p.Profile.Up(t) && !pl.p.Outage.IsDown(t)
 	return rate, delay, ber, up
 }
+
+// HoldSchedules stops the outage and profile schedules until
+// StartSchedules: a testbed being built must not meet an outage.
+func (pl *Pipeline) HoldSchedules() { pl.held = true }
+
+// StartSchedules runs the outage and profile schedules from t on, so their
+// offsets count from that moment (the transfer's start).
+func (pl *Pipeline) StartSchedules(t time.Duration) { pl.origin, pl.held = t, false }
 
 func (pl *Pipeline) purge(now time.Duration) {
 	for pl.qN > 0 && pl.q[pl.qHead].exit <= now {

@@ -107,6 +107,7 @@ func (h handler) Config() any {
 }
 func (h handler) Set(dir string, p json.RawMessage) error { return h.b.Set(dir, p) }
 func (h handler) Stats() any                              { return h.b.Snapshot() }
+func (h handler) StartClock() float64                     { return h.b.StartClock().Seconds() }
 
 func run(args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
