@@ -353,6 +353,9 @@ class Standing:
             raise SatbedError(f"emulator control socket: {e}") from None
         if not reply.get("ok"):
             raise SatbedError(f"the emulator refused {json.dumps(params)}: {reply.get('error')}")
+        if params.get("outage"):
+            # An outage's offset counts from now, not from when satemu started.
+            self.emulator_request(emu, {"op": "clock"})
         # Kept in the emulator's config file too: satemu restarts from it
         # when a PEP swap took its ports away.
         cfg = self.emulator_request(emu, {"op": "get"})["config"]["directions"]
