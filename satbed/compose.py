@@ -283,7 +283,9 @@ class Standing:
                 raise SatbedError(f"clientA cannot reach clientB ({target}) through the chain after {READY_S} s "
                                   f"(`satbed compose status{self._pflag()}`)")
             time.sleep(1)
-        # The minimum: a recreated host port resolves its neighbour first.
+        # Measured once the neighbours are resolved (a recreated host port
+        # resolves its neighbour first: a round trip more for early pings).
+        cp = docker.docker("exec", ca.id, "ping", "-c", "3", "-i", "0.3", "-W", "3", target, check=False, timeout=30)
         m = re.search(r"= ([\d.]+)/[\d.]+/", cp.stdout)
         rtt = float(m.group(1)) if m else None
         peps = [n for n in self.spec.transparent if self.spec.transparent[n].kind == "pep"]
