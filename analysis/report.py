@@ -14,9 +14,10 @@ import base64
 import datetime as _dt
 import html
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from satbed.files import write_text
 
 from .run import (VANTAGES, analyze_run, capture_paths, configured_window, load_json,
                   update_result)
@@ -270,10 +271,6 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
     # Record what was drawn, so result.json names the PNGs that exist now.
     update_result(run, analysis)
     out = run / "report.html"
-    fd, tmp = tempfile.mkstemp(dir=run, prefix=".report.", suffix=".html")
-    with os.fdopen(fd, "w") as f:
-        f.write(doc)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; reports are meant to be shared
-    os.replace(tmp, out)
+    write_text(out, doc)
     return out
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
+
+from satbed.files import write_json
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
@@ -248,9 +249,4 @@ def update_result(run: Path, analysis: dict[str, Any]) -> None:
     for key in ("tcp_handshake_ms", "tcp_handshake_vantage"):
         result.pop(key, None)
     result.update(handshake_from_capture(run, analysis) or {})
-    fd, tmp = tempfile.mkstemp(dir=run, prefix=".result.", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
+    write_json(path, result)

@@ -29,6 +29,7 @@ import time
 from collections import Counter, defaultdict
 
 from satbed.errors import SatbedError
+from satbed.files import write_text
 from satbed.store import MEASURED, CellRow, Store
 
 # Two-sided 95% Student t quantiles by degrees of freedom; 1.96 beyond.
@@ -500,10 +501,7 @@ def build(out: str) -> str:
                  html.escape(json.dumps(environment(out, rows, runs), indent=2, sort_keys=True, default=str)) +
                  "</pre></body></html>")
     path = os.path.join(out, "report.html")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
-    os.replace(tmp, path)
+    write_text(path, "\n".join(parts))
     return path
 
 

@@ -11,7 +11,6 @@ import sys
 
 from satbed import __version__
 from satbed.errors import SatbedError
-from satbed.units import parse_size
 
 
 def _terminate(signum, frame):
@@ -55,16 +54,21 @@ RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M",
               "captures": "headers", "time_limit": None, "seed": 1, "topology": "globalhawk"}
 
 
-def scenario_config(args: argparse.Namespace):
+def run_config(args: argparse.Namespace):
+    """`satbed run`'s configuration through the one parameter table and the
+    path a matrix cell takes (matrix.PARAMS, matrix.run_config): defaults,
+    then the scenario's values, then the flags actually typed."""
     import yaml
-    """A scenario's configuration, through the same path as a matrix cell;
-    flags typed beside --scenario override the file."""
     from satbed import matrix, scenario
-    sc = scenario.load(args.scenario)
-    if args.topology != RUN_PARAMS["topology"]:
-        raise SatbedError("--scenario names its own topology; drop --topology")
     params = {k: default for k, (_, default) in matrix.PARAMS.items()}
     params["graphs"] = True
+    scenario_params: dict = {}
+    if args.scenario:
+        if "topology" in args.typed:
+            raise SatbedError("--scenario names its own topology; drop --topology")
+        scenario_params = scenario.load(args.scenario).params
+    elif args.set:
+        raise SatbedError("--set changes a scenario: give --scenario too")
     given = {k: getattr(args, k) for k in RUN_PARAMS if k in args.typed}
     for item in args.set or []:
         path, eq, text = item.partition("=")
@@ -74,24 +78,15 @@ def scenario_config(args: argparse.Namespace):
             given[path] = yaml.safe_load(text)
         except yaml.YAMLError:
             raise SatbedError(f"--set {item!r}: the value is not valid YAML") from None
-    for k, v in {**sc.params, **given}.items():
-        params[k] = matrix._normalise(k, k, v)
+    for k, v in {**scenario_params, **given}.items():
+        params[k] = matrix._normalise(f"--{k.replace('_', '-')}" if k in given else k, k, v)
     params["analyze"] = params["analyze"] and not args.no_analysis
     return matrix.run_config(params, 0)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from satbed import runner
-    if args.scenario:
-        cfg = scenario_config(args)
-    elif args.set:
-        raise SatbedError("--set changes a scenario: give --scenario too")
-    else:
-        cfg = runner.RunConfig(client=args.client, pep=args.pep, pep_options=args.pep_options,
-                               link=link_from(args), size_bytes=parse_size(args.size),
-                               direction=args.direction, topology=args.topology,
-                               captures=args.captures, seed=args.seed, analyze=not args.no_analysis,
-                               time_limit_s=args.time_limit)
+    cfg = run_config(args)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",

@@ -389,7 +389,7 @@ def estimate_seconds(cfg) -> float:
     if cfg.time_limit_s:
         transfer = min(transfer, cfg.time_limit_s)
     analysis = ANALYSIS_S_PER_MB * min(cfg.size_bytes, transfer * goodput / 8) / 1e6
-    return SETUP_S + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
+    return SETUP_S + cfg.main_delay_s + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
 
 
 def default_timeout(cfg) -> float:
@@ -431,9 +431,18 @@ def cell_cost(cfg) -> float:
     if cfg.client == "ping":
         return IDLE_CORES
     per_mbit = CORES_PER_MBIT.get(cfg.client, CORES_PER_MBIT_DEFAULT)
-    if cfg.pep != "none":
+    if cfg.pep != "none" or any(p.name != "none" for p in cfg.peps.values()):
         per_mbit += PEP_CORES_PER_MBIT
-    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6
+    return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6 + background_cost(cfg)
+
+
+def background_cost(cfg) -> float:
+    """Background traffic can fill the fastest emulated link: model it as a
+    TCP transfer at that rate (unshaped links count as 100 Mbit/s)."""
+    if not cfg.traffic:
+        return 0.0
+    rates = [link.rate_bps or 100e6 for link in (cfg.link, *cfg.links.values())]
+    return CORES_PER_MBIT_DEFAULT * max(rates) / 1e6
 
 
 class CpuMeter:
@@ -643,7 +652,7 @@ def read_exit(cell_dir: str) -> int:
         return -signal.SIGKILL
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order."""
     if running_child(cell_dir):
@@ -656,9 +665,10 @@ def spawn(cell: Cell, cell_dir: str, backend: str, parallel: bool = False) -> su
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
     log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    if parallel:
-        # Cells side by side: satemu's busy-waiting would take the CPU the others need.
-        env.setdefault(SPIN_ENV, "0")
+    # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
+    # outside a matrix) would take the CPU cells side by side need, so no cell
+    # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
+    env.setdefault(SPIN_ENV, "0")
     try:
         child = subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -841,7 +851,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                     cell = pending.pop(pick)
                     cell_dir = os.path.join(out, "cells", cell.hash)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend, parallel > 1), time.time(),
+                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(),
                                                now, now + cell.timeout_s)
                 for h, ch in list(running.items()):
                     now = time.monotonic()
@@ -947,7 +957,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend, parallel=True), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend), time.time(), now, now + cell.timeout_s)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
         """The reference's goodput, and how many cells ran beside it (sampled)."""

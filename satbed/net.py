@@ -272,18 +272,6 @@ class Router(Node):
         return cmds
 
 
-    def queue_stats(self, port: str) -> dict:
-        """The port's root and leaf qdisc counters (tc -s, as JSON): what a
-        drop-tail queue sent, dropped and holds."""
-        import json
-        out = self.run(["tc", "-s", "-j", "qdisc", "show", "dev", self.intfs[port].name]).stdout
-        qdiscs = json.loads(out or "[]")
-        fifo = [q for q in qdiscs if q.get("kind") in ("pfifo", "bfifo")]
-        q = fifo[0] if fifo else (qdiscs[0] if qdiscs else {})
-        return {"kind": q.get("kind"), "sent_packets": q.get("packets", 0), "sent_bytes": q.get("bytes", 0),
-                "dropped": q.get("drops", 0), "overlimits": q.get("overlimits", 0),
-                "backlog_bytes": q.get("backlog", 0), "backlog_packets": q.get("qlen", 0)}
-
 
 class TransparentNode(Node):
     """Two ports, no IP address. bridge() joins them in the kernel; the

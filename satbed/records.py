@@ -13,6 +13,8 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 
+from satbed.files import write_json
+
 RECORD_DIR = os.environ.get("SATBED_RECORD_DIR", "/run/satbed")
 PREFIX_RE = re.compile(r"^sb[0-9a-f]{4}$")
 
@@ -51,10 +53,7 @@ class RunRecord:
 
     def save(self) -> None:
         os.makedirs(RECORD_DIR, exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(asdict(self), f)
-        os.replace(tmp, self.path)
+        write_json(self.path, asdict(self))
 
     def add_pid(self, pid: int) -> None:
         self.pids[str(pid)] = start_time(pid)

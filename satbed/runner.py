@@ -26,6 +26,7 @@ from satbed.clients.base import ClientContext
 from satbed.emulation import LinkConfig
 from satbed.errors import SatbedError
 from satbed.clients.transfer import keep_files_wanted
+from satbed.files import write_json
 from satbed.testbed import Testbed, remove_run_files
 
 DIRECTIONS = ("download", "upload")
@@ -111,14 +112,6 @@ class RunConfig:
             return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
         return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
                 f"-{self.direction}")
-
-
-def write_json(path: str, doc: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -242,6 +235,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep, pep_images):
             tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
         env["testbed"] = docker_backend.describe_testbed(tb)
+        if tb.tcp_profiles:
+            env["tcp_profiles"] = tb.tcp_profiles
+        if tb.queue_commands:
+            env["router_queues"] = tb.queue_commands
         several = len(the_plan.links) > 1
         for name, link in the_plan.links.items():
             node = tb.nodes[name]
@@ -279,10 +276,6 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             result.update(client.run(ctx))
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
-        if tb.tcp_profiles:
-            env["tcp_profiles"] = tb.tcp_profiles
-        if tb.queue_commands:
-            env["router_queues"] = tb.queue_commands
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:

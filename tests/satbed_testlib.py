@@ -28,7 +28,3 @@ def satbed(*args: str, timeout: float = 600, check: bool = False,
 def root_links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     return {line.split(":")[1].strip() for line in out.splitlines()}
-
-
-def netns_list() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

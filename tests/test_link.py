@@ -53,7 +53,7 @@ def test_outage_drops_everything_while_down():
     # emulator counts them as outage drops, not bit errors.
     assert 0.35 < per["per_measured"] < 0.65, per
     drops = stats["totals"]["directions"]["a_to_b"]
-    assert drops.get("drops_outage", drops.get("drops", {}).get("outage", 0)) > 0, drops
+    assert drops["drops"]["outage"] > 0 and drops["drops"]["ber"] == 0, drops
 
 
 def test_rate_change_mid_run_through_the_control_socket():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -14,7 +15,7 @@ import time
 import pytest
 import yaml
 
-from satbed import emulation, topology
+from satbed import counters, emulation, topology
 from satbed.emulation import LinkConfig
 from satbed.proc import BIN_DIR
 from satbed.testbed import running
@@ -77,8 +78,8 @@ def test_two_emulated_links_each_hold_their_own_delay():
             ping(h1, h5)        # neighbours resolved before timing
             out = ping(h1, h5, count=20)
             rtts = [float(x) for x in re.findall(r"time=([\d.]+)", out)]
-            avg = sum(rtts) / len(rtts)
-            assert abs(avg - 120) < 2, rtts
+            # The median: one echo delayed by a busy shared machine is not the link's doing.
+            assert abs(statistics.median(rtts) - 120) < 2, rtts
             # h3 -> h5 crosses neither link.
             out = ping(h3, h5, count=5)
             assert max(float(x) for x in re.findall(r"time=([\d.]+)", out)) < 10
@@ -95,25 +96,31 @@ def test_router_queue_of_20_packets_drops_under_overload_and_counts_it():
     bridge = LinkConfig.symmetric(backend="bridge")
     with running(spec, bridge_kinds=("pep",)) as tb:
         emus = start_links(tb, {"inet": bridge, "sat": bridge})
+        run_dir = tempfile.mkdtemp(prefix="satbed-test-")
         try:
             h5, h4 = tb.host("h5"), tb.host("h4")
             r1 = tb.routers["r1"]
-            before = r1.queue_stats("wan")
-            assert before["kind"] == "pfifo" and before["dropped"] == 0
             server = h4.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
-            # 30 Mbit/s offered into a 10 Mbit/s port.
-            h5.run(["nuttcp", "-u", "-T3", "-l1400", "-R30m", str(h4.ip.ip)], timeout=30, check=False)
-            after = r1.queue_stats("wan")
+            # The runner's sampler, on every router port.
+            with counters.CounterSampler([i for r in tb.routers.values() for i in r.intfs.values()],
+                                         run_dir) as sampler:
+                # 30 Mbit/s offered into a 10 Mbit/s port.
+                h5.run(["nuttcp", "-u", "-T3", "-l1400", "-R30m", str(h4.ip.ip)], timeout=30, check=False)
+            totals = sampler.stop()["ports"]
             server.terminate()
             server.wait(timeout=5)
         finally:
             for e in emus:
                 e.stop()
-    assert after["dropped"] > 1000, after
-    assert after["sent_packets"] > 2000, after
-    # The queue never held more than its limit.
-    assert after["backlog_packets"] <= 20
+    wan = totals["r1.wan"]
+    assert wan["kind"] == "htb", wan      # the root: the shaper, its 20-packet fifo below
+    assert wan["dropped"] > 1000, wan
+    assert wan["sent_packets"] > 2000, wan
+    # The queue never held more than its limit, and was full while overloaded.
+    assert 15 <= wan["backlog_packets_max"] <= 20, wan
+    # The other ports queue nothing.
+    assert totals["r2.sat"]["dropped"] == 0
 
 
 def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
@@ -130,3 +137,22 @@ def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
     # Both links were up with their own settings.
     assert set(result["emulators"]) == {"inet", "sat"}
     assert result["emulators"]["inet"]["config"]["a_to_b"]["delay_ms"] == 5
+
+
+def test_each_emulator_gets_its_own_tc_link():
+    """The tc backend per emulator node (rate only: this kernel has no netem)."""
+    inet = LinkConfig.symmetric(rate="10mbit", backend="tc")
+    sat = LinkConfig.symmetric(rate="2mbit", ceil="3mbit", backend="tc")
+    with running(spec_with(), bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": inet, "sat": sat})
+        try:
+            assert "ttl=62" in ping(tb.host("h1"), tb.host("h5"))
+        finally:
+            stats = {e.node.name: e.stop() for e in emus}
+    assert all(s["backend"] == "tc" for s in stats.values())
+    inet_cmds = " ".join(stats["inet"]["tc_commands"])
+    sat_cmds = " ".join(stats["sat"]["tc_commands"])
+    assert "rate 10000000bit" in inet_cmds and "2000000bit" not in inet_cmds
+    assert "rate 2000000bit ceil 3000000bit" in sat_cmds
+    # Each node's own ports: a_to_b leaves by port b.
+    assert stats["sat"]["tc_commands"][0].split()[4].endswith("sab")

@@ -67,7 +67,7 @@ def test_malformed_yaml_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["run", "--client", "pong"], "unknown client 'pong'"),
     (["run", "--pep", "nosuchpep"], "unknown PEP 'nosuchpep'"),
-    (["run", "--rtt", "-5"], "RTT must be within 0"),
+    (["run", "--rtt", "-5"], "--rtt: rtt must be within 0"),
     (["run", "--ber", "2"], "BER must be in [0, 1)"),
     (["run", "--topology", "nosuch"], "unknown topology"),
     (["run", "--size", "lots"], "bad size"),

@@ -14,7 +14,11 @@ CONFIG = """\
 server.document-root = "{root}"
 server.bind = "{ip}"
 server.port = {port}
-server.errorlog = "{errorlog}"
+# No server.errorlog: errors go to stderr, into logs/wget-lighttpd.txt (a log
+# file would be opened after the drop to www-data, in a root-owned directory).
+# Bound as root, then serving as www-data: it needs no more.
+server.username = "www-data"
+server.groupname = "www-data"
 server.max-keep-alive-requests = 0
 mimetype.assign = ( "" => "application/octet-stream" )
 """
@@ -31,8 +35,7 @@ class Wget(TransferClient):
         received = t.expect(t.path("received", "payload.bin"))
         conf = t.path("lighttpd.conf")
         with open(conf, "w", encoding="ascii") as f:
-            f.write(CONFIG.format(root=root, ip=ip(server), port=PORT,
-                                  errorlog=ctx.path("logs", "wget-lighttpd-error.log")))
+            f.write(CONFIG.format(root=root, ip=ip(server), port=PORT))
         # -D: foreground, so we own the process.
         t.server(server, "lighttpd", [self.tool("lighttpd"), "-D", "-f", conf], PORT)
         connect_ms = t.connect_ms(client, ip(server), PORT)
