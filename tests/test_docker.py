@@ -488,3 +488,17 @@ def test_compose_bad_input_is_one_line(args, error):
     lines = cp.stderr.strip().splitlines()
     assert len(lines) == 1 and error in lines[0], cp.stderr
     assert docker.docker("ps", "-a", "-q", "--filter", "label=com.docker.compose.project=sbtabsent").stdout == ""
+
+
+@needs_root
+@needs_docker
+def test_cli_on_containers(images, no_leftovers):
+    """`satbed cli --backend docker`: Mininet's language on container nodes,
+    each command confined to its node; exit removes the testbed."""
+    cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "cli", "--backend", "docker"], cwd=REPO,
+                        input="clientA ping -c 2 -i 0.3 clientB\npepA sh -c 'grep ^Seccomp: /proc/self/status'\n"
+                              "nosuch ls\nexit\n",
+                        env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert "2 received" in cp.stdout and "Seccomp:\t2" in cp.stdout, cp.stdout
+    assert "unknown command or node: nosuch" in cp.stdout
