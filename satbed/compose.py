@@ -27,6 +27,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -588,6 +589,16 @@ def build_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        # Not a per-run testbed: nothing is torn down.
+        print("satbed: interrupted; the standing testbed is left as it is (`satbed compose status`, "
+              "`satbed compose wire` to finish wiring)", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
     bed = Standing(args.project)
     if args.action == "up":
         if args.pep and (args.pep_a or args.pep_b):
