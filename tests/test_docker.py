@@ -331,6 +331,7 @@ def test_compose_swaps_peps_on_a_standing_testbed(images, fixture_image, no_left
         res = settled(_compose(project, "up", "--json"))
         assert [res["nodes"][n]["image"] for n in ("pepA", "pepB")] == ["satbed/pep-pepd:latest",
                                                                          "satbed/pep-none:latest"]
+        assert res["rewired"] == []                  # idempotent: nothing recreated, nothing rewired
         cp = _compose(project, "link", "--rtt", "200")
         assert cp.returncode == 0 and "RTT 200 ms" in cp.stdout, cp.stderr
         ping = docker.docker("exec", f"{project}_clientA_1", "ping", "-c", "3", "-i", "0.3", "10.99.99.254")
