@@ -9,7 +9,7 @@ export PYTHONPATH := $(CURDIR)
 export GOFLAGS := -buildvcs=false
 
 # Debian packages satbed uses (control plane, testbed, clients, analysis).
-DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest mininet \
+DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest python3-hypothesis mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
         procps psmisc git ca-certificates mmdebstrap

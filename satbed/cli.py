@@ -295,18 +295,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.typed = set()
-    if args.command == "run":
-        # Which options were typed (a scenario's values give way only to those):
-        # argparse fills a default only where the namespace has no value yet.
-        words = list(sys.argv[1:] if argv is None else argv)
-        unset = object()
-        probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
-        parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
-        args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        args.typed = set()
+        if args.command == "run":
+            # Which options were typed (a scenario's values give way only to those):
+            # argparse fills a default only where the namespace has no value yet.
+            words = list(sys.argv[1:] if argv is None else argv)
+            unset = object()
+            probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
+            parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
+            args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
         if getattr(args, "needs_root", True):
             from satbed.proc import require_root
             require_root()
@@ -315,5 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"satbed: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # Everything is removed by now: a further Ctrl-C has nothing left to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("satbed: interrupted; testbed removed", file=sys.stderr)
         return 130

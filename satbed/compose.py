@@ -27,6 +27,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -283,7 +284,9 @@ class Standing:
                 raise SatbedError(f"clientA cannot reach clientB ({target}) through the chain after {READY_S} s "
                                   f"(`satbed compose status{self._pflag()}`)")
             time.sleep(1)
-        # The minimum: a recreated host port resolves its neighbour first.
+        # Measured once the neighbours are resolved (a recreated host port
+        # resolves its neighbour first: a round trip more for early pings).
+        cp = docker.docker("exec", ca.id, "ping", "-c", "3", "-i", "0.3", "-W", "3", target, check=False, timeout=30)
         m = re.search(r"= ([\d.]+)/[\d.]+/", cp.stdout)
         rtt = float(m.group(1)) if m else None
         peps = [n for n in self.spec.transparent if self.spec.transparent[n].kind == "pep"]
@@ -353,6 +356,9 @@ class Standing:
             raise SatbedError(f"emulator control socket: {e}") from None
         if not reply.get("ok"):
             raise SatbedError(f"the emulator refused {json.dumps(params)}: {reply.get('error')}")
+        if params.get("outage"):
+            # An outage's offset counts from now, not from when satemu started.
+            self.emulator_request(emu, {"op": "clock"})
         # Kept in the emulator's config file too: satemu restarts from it
         # when a PEP swap took its ports away.
         cfg = self.emulator_request(emu, {"op": "get"})["config"]["directions"]
@@ -583,6 +589,16 @@ def build_parser(sub) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        # Not a per-run testbed: nothing is torn down.
+        print("satbed: interrupted; the standing testbed is left as it is (`satbed compose status`, "
+              "`satbed compose wire` to finish wiring)", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
     bed = Standing(args.project)
     if args.action == "up":
         if args.pep and (args.pep_a or args.pep_b):

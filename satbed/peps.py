@@ -83,7 +83,10 @@ def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, o
 
 def describe(name: str) -> dict:
     """What environment.json records of a PEP: its adapter's digest, and the
-    digest of satbed's own binary behind it where there is one."""
+    digest of satbed's own binary behind it where there is one. A PEP image
+    is driven by its own entrypoint: its id is under testbed.images."""
+    if is_image(name):
+        return {"name": name, "image": name}
     out = {"name": name, "adapter_sha256": _sha256(check(name))}
     binary = os.path.join(BIN_DIR, name)
     if os.path.isfile(binary):

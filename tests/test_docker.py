@@ -331,6 +331,7 @@ def test_compose_swaps_peps_on_a_standing_testbed(images, fixture_image, no_left
         res = settled(_compose(project, "up", "--json"))
         assert [res["nodes"][n]["image"] for n in ("pepA", "pepB")] == ["satbed/pep-pepd:latest",
                                                                          "satbed/pep-none:latest"]
+        assert res["rewired"] == []                  # idempotent: nothing recreated, nothing rewired
         cp = _compose(project, "link", "--rtt", "200")
         assert cp.returncode == 0 and "RTT 200 ms" in cp.stdout, cp.stderr
         ping = docker.docker("exec", f"{project}_clientA_1", "ping", "-c", "3", "-i", "0.3", "10.99.99.254")
@@ -426,7 +427,8 @@ def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftover
         host_value = _read("/proc/sys/kernel/pid_max").strip()
         cp = node.run(["sh", "-c", f"echo {host_value} >/proc/sys/kernel/pid_max"], check=False)
         assert cp.returncode != 0 and "Read-only file system" in cp.stderr, cp
-        cp = node.run(["sysctl", "-w", "net.ipv4.ip_forward=0"], check=False)
+        # (sh: a program of the image; satbed's own `sysctl` runs from the host)
+        cp = node.run(["sh", "-c", "sysctl -w net.ipv4.ip_forward=0"], check=False)
         assert cp.returncode != 0
         assert node.run(["sysctl", "-n", "net.ipv4.ip_forward"]).stdout.strip() == "1"
         assert _read("/proc/sys/kernel/pid_max").strip() == host_value
@@ -466,3 +468,38 @@ def test_run_and_matrix_drive_a_lab_image(images, fixture_image, tmp_path, no_le
     cp = satbed("matrix", str(exp), "--out", str(tmp_path / "netns"), timeout=120)
     assert cp.returncode == 2 and "needs --backend docker" in cp.stderr, cp.stderr
     assert len(cp.stderr.strip().splitlines()) == 1
+
+
+@needs_root
+@needs_docker
+@pytest.mark.parametrize("args,error", [
+    (["--project", "Bad!", "status"], "bad project name"),
+    (["--project", "sbtabsent", "swap", "pepd"], "not running"),
+    (["--project", "sbtabsent", "swap", "nosuch/pep:1"], "not running"),
+    (["--project", "sbtabsent", "link"], "nothing to change"),
+    (["--project", "sbtabsent", "link", "--outage", "5"], "PERIOD_S:DOWN_S"),
+    (["--project", "sbtabsent", "link", "--rtt", "fast"], "RTT"),
+    (["--project", "sbtabsent", "up", "--pep", "nosuch/pep:1"], "no image nosuch/pep:1"),
+    (["--project", "sbtabsent", "up", "--pep", "satbed/host:latest"], "does not declare the PEP image contract"),
+    (["--project", "sbtabsent", "up", "--pep", "pepd", "--pep-a", "none"], "not both"),
+])
+def test_compose_bad_input_is_one_line(args, error):
+    cp = satbed("compose", *args, timeout=120)
+    assert cp.returncode == 2, cp.stdout + cp.stderr
+    lines = cp.stderr.strip().splitlines()
+    assert len(lines) == 1 and error in lines[0], cp.stderr
+    assert docker.docker("ps", "-a", "-q", "--filter", "label=com.docker.compose.project=sbtabsent").stdout == ""
+
+
+@needs_root
+@needs_docker
+def test_cli_on_containers(images, no_leftovers):
+    """`satbed cli --backend docker`: Mininet's language on container nodes,
+    each command confined to its node; exit removes the testbed."""
+    cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "cli", "--backend", "docker"], cwd=REPO,
+                        input="clientA ping -c 2 -i 0.3 clientB\npepA sh -c 'grep ^Seccomp: /proc/self/status'\n"
+                              "nosuch ls\nexit\n",
+                        env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert "2 received" in cp.stdout and "Seccomp:\t2" in cp.stdout, cp.stdout
+    assert "unknown command or node: nosuch" in cp.stdout

@@ -22,18 +22,22 @@ import (
 	"satbed/pep/internal/netns"
 )
 
-var binDir string // holds the pepd built for this test run
+var (
+	binDir     string // holds the pepd built for this test run
+	skipReason string // why this machine cannot run the tests: each reports SKIP
+)
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
-		fmt.Println("itest: skipping, needs root for network namespaces")
-		os.Exit(0)
+		skipReason = "needs root for network namespaces"
 	}
 	for _, tool := range []string{"ip", "nft", "ethtool"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			fmt.Printf("itest: skipping, %s not found\n", tool)
-			os.Exit(0)
+		if _, err := exec.LookPath(tool); err != nil && skipReason == "" {
+			skipReason = tool + " not found"
 		}
+	}
+	if skipReason != "" {
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "pepd-itest-")
 	if err != nil {
@@ -53,6 +57,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// needsBed skips a test where namespaces cannot be made, saying why.
+func needsBed(t *testing.T) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
 }
 
 func adapterPath(name string) string {
@@ -342,6 +354,7 @@ func bulk(t *testing.T, b *bed, size int) {
 }
 
 func TestSplitTransferOnePEP(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd")
 	bulk(t, b, 32<<20)
 	s := waitStats(t, b.nodes[0], "one split connection with all bytes", func(s snapshot) bool {
@@ -353,6 +366,7 @@ func TestSplitTransferOnePEP(t *testing.T) {
 }
 
 func TestSplitTransferTwoPEPs(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	bulk(t, b, 32<<20)
 	// PEP A split it on its LAN side; PEP B intercepted PEP A's upstream
@@ -368,6 +382,7 @@ func TestSplitTransferTwoPEPs(t *testing.T) {
 // TestReverseDirection: a connection opened from the aircraft side (B)
 // is split too.
 func TestReverseDirection(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	var ln *net.TCPListener
 	if err := netns.Do(b.chain.ClientA, func() (err error) {
@@ -404,6 +419,7 @@ func TestReverseDirection(t *testing.T) {
 }
 
 func TestHalfCloseTwoPEPs(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	ln := b.listen(t, 5002)
 	done := make(chan error, 1)
@@ -458,6 +474,7 @@ func readUntilErr(c *net.TCPConn) error {
 }
 
 func TestResetPropagatesTwoPEPs(t *testing.T) {
+	needsBed(t)
 	for _, who := range []string{"server", "client"} {
 		t.Run(who+" resets", func(t *testing.T) {
 			b := newBed(t, testOpts, "pepd", "pepd")
@@ -483,6 +500,7 @@ func TestResetPropagatesTwoPEPs(t *testing.T) {
 // TestRefusedUpstream: no server on the port; the client must get a reset
 // quickly, not a connection that hangs.
 func TestRefusedUpstream(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	start := time.Now()
 	c, err := b.dial(t, 5999)
@@ -505,6 +523,7 @@ func TestRefusedUpstream(t *testing.T) {
 }
 
 func TestNonePassesTraffic(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, "", "none", "none")
 	bulk(t, b, 4<<20)
 	for _, n := range b.nodes {
@@ -534,6 +553,7 @@ func ruleState(t *testing.T, ns string) string {
 }
 
 func TestStopLeavesNoRules(t *testing.T) {
+	needsBed(t)
 	chain, err := netns.New(1)
 	if err != nil {
 		t.Fatal(err)
@@ -583,6 +603,7 @@ func TestStopLeavesNoRules(t *testing.T) {
 
 // TestStartErrors: bad configuration gives exactly one clear line.
 func TestStartErrors(t *testing.T) {
+	needsBed(t)
 	chain, err := netns.New(1)
 	if err != nil {
 		t.Fatal(err)
@@ -667,6 +688,7 @@ func pinged(t *testing.T, b *bed, n int, msg string) []*net.TCPConn {
 }
 
 func TestOverflowRefuse(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" max_conns=2 overflow=refuse", "pepd")
 	go echoServer(b.listen(t, 7))
 	pinged(t, b, 2, "held")
@@ -681,6 +703,7 @@ func TestOverflowRefuse(t *testing.T) {
 }
 
 func TestOverflowPassthrough(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" max_conns=2 overflow=passthrough", "pepd")
 	ln := b.listen(t, 7)
 	go echoServer(ln)
@@ -734,6 +757,7 @@ func TestOverflowPassthrough(t *testing.T) {
 }
 
 func TestIdleTimeout(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" idle_timeout=1", "pepd")
 	go echoServer(b.listen(t, 7))
 	c, err := b.dial(t, 7)
@@ -754,6 +778,7 @@ func TestIdleTimeout(t *testing.T) {
 // connection, then resets it so the client does not hang, and removes the
 // rules.
 func TestStopDrainsThenResets(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, "stats_interval=0.2 drain_timeout=1", "pepd")
 	go echoServer(b.listen(t, 7))
 	c, err := b.dial(t, 7)
@@ -788,6 +813,7 @@ func TestStopDrainsThenResets(t *testing.T) {
 // TestHalfCloseTimeout: a client that sent its FIN and a server that
 // neither answers nor closes are both reset after half_close_timeout.
 func TestHalfCloseTimeout(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" half_close_timeout=1", "pepd")
 	ln := b.listen(t, 7)
 	srv := make(chan *net.TCPConn, 1)
@@ -832,6 +858,7 @@ func TestHalfCloseTimeout(t *testing.T) {
 // TestResetStorm: many connections aborted at once by the clients; pepd
 // must end every relay, keep running and still split new connections.
 func TestResetStorm(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	go echoServer(b.listen(t, 7))
 	const n = 300
@@ -857,6 +884,7 @@ func TestResetStorm(t *testing.T) {
 // TestConnectTimeout: the server host silently drops the SYNs; the
 // client is reset once connect_timeout expires, not left hanging.
 func TestConnectTimeout(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" connect_timeout=1", "pepd")
 	if _, err := netns.Exec(b.chain.ClientB, "nft", "add table ip blackhole; add chain ip blackhole in { type filter hook input priority 0; }; add rule ip blackhole in tcp dport 81 drop"); err != nil {
 		t.Fatal(err)
@@ -898,6 +926,7 @@ func ssLine(t *testing.T, ns, local, peer string) string {
 // TestWANTuning: WAN-facing sockets get the WAN congestion control, MSS
 // and BDP buffer; LAN-facing ones the LAN settings.
 func TestWANTuning(t *testing.T) {
+	needsBed(t)
 	// 8 Mbit/s x 600 ms x 2 = 1.2 MB (newBed passes 100 Mbit/s, 10 ms:
 	// 100e6/8 x 0.01 x 2 = 250 kB, so set the buffer explicitly too).
 	b := newBed(t, testOpts+" cc=bbr lan_cc=reno mss=1200 wan_buf=1200000", "pepd")
@@ -931,6 +960,7 @@ func TestWANTuning(t *testing.T) {
 // TestUDPUntouched: only TCP is intercepted; UDP (e.g. Saratoga) crosses
 // the PEPs as plain bridged traffic, with the sender's address.
 func TestUDPUntouched(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
 	var srv *net.UDPConn
 	if err := netns.Do(b.chain.ClientB, func() (err error) {
@@ -976,6 +1006,7 @@ func TestUDPUntouched(t *testing.T) {
 // client leg times out and the server gets a reset instead of an
 // established connection forever.
 func TestKeepAliveFindsVanishedPeer(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" keepalive=1", "pepd")
 	c, s := b.greetedPair(t, 7)
 	if _, err := netns.Exec(b.chain.ClientA, "nft", "add table ip cut; add chain ip cut out { type filter hook output priority 0; policy drop; }; add chain ip cut in { type filter hook input priority 0; policy drop; }"); err != nil {
@@ -1001,6 +1032,7 @@ func abort(c *net.TCPConn) {
 // stats and the connection log are summed, and a worker that dies ends
 // its pepd loudly.
 func TestWorkersHoldConnections(t *testing.T) {
+	needsBed(t)
 	b := newBed(t, testOpts+" workers=2", "pepd", "pepd")
 	bulk(t, b, 1<<20)
 	go echoServer(b.listen(t, 7))
@@ -1077,6 +1109,7 @@ func TestWorkersHoldConnections(t *testing.T) {
 // TestBERDefaults: on a link with bit errors the adapter gives pepd BBR
 // and 8 x BDP WAN buffers unless the options say otherwise.
 func TestBERDefaults(t *testing.T) {
+	needsBed(t)
 	tests := []struct {
 		ber, opts, wantCC, wantFactor string
 	}{

@@ -1,0 +1,107 @@
+"""Runs killed at ten moments, from testbed setup to teardown: after SIGKILL
+and `satbed clean`, or after a double Ctrl-C alone, nothing of the run is
+left (records, links, namespace shells, processes, payloads and keys), and an
+interrupted run's result.json says so."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from satbed.proc import BIN_DIR
+from satbed_testlib import REPO, needs_root, root_links, satbed
+
+pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),
+                                             reason="bin/satemu not built (make build)")]
+
+# Seconds after the start: setup, PEP start, payload, transfer, teardown.
+MOMENTS = (0.3, 0.8, 1.5, 2.2, 3.0, 4.0, 5.5, 7.0, 9.0, 12.0)
+
+
+def _start(out: str) -> subprocess.Popen:
+    return subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "run", "--client", "scp", "--pep", "pepd",
+                             "--rtt", "100", "--size", "8M", "--out", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": REPO})
+
+
+def _prefixes_of(pid: int) -> set[str]:
+    found = set()
+    for path in glob.glob("/run/satbed/sb*.json"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                if json.load(f).get("owner_pid") == pid:
+                    found.add(os.path.basename(path)[:-5])
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _left(prefix: str, out: str) -> list[str]:
+    """What a run with this prefix left on the machine and on disk."""
+    left = [f"record {prefix}"] if os.path.exists(f"/run/satbed/{prefix}.json") else []
+    left += [f"link {ln}" for ln in root_links() if ln.startswith(prefix + "-")]
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    left += [f"process {p.strip()}" for p in ps if f"mininet:{prefix}" in p or f"/{prefix}-" in p
+             or f"-{prefix}/" in p]
+    left += [f"files {d}" for d in glob.glob(os.path.join(out, f"*-{prefix}", "files"))]
+    return left
+
+
+def _wait_gone(prefix: str, out: str, limit: float = 10) -> list[str]:
+    deadline = time.monotonic() + limit
+    while (left := _left(prefix, out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_sigkill_then_clean_leaves_nothing(moment, tmp_path):
+    out = str(tmp_path)
+    p = _start(out)
+    prefixes: set[str] = set()
+    deadline = time.monotonic() + moment
+    while time.monotonic() < deadline:
+        prefixes |= _prefixes_of(p.pid)
+        time.sleep(0.05)
+    prefixes |= _prefixes_of(p.pid)
+    p.kill()
+    p.wait()
+    cp = satbed("clean", timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    for prefix in prefixes:
+        assert _wait_gone(prefix, out) == [], cp.stdout
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_double_ctrl_c_leaves_nothing_and_says_interrupted(moment, tmp_path):
+    out = str(tmp_path)
+    p = _start(out)
+    prefixes: set[str] = set()
+    deadline = time.monotonic() + moment
+    while time.monotonic() < deadline:
+        prefixes |= _prefixes_of(p.pid)
+        time.sleep(0.05)
+    prefixes |= _prefixes_of(p.pid)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode in (0, 130), err      # 0: the transfer ended before the first Ctrl-C
+    for prefix in prefixes:
+        assert _wait_gone(prefix, out) == [], err
+    if p.returncode == 130:
+        for res in glob.glob(os.path.join(out, "*", "result.json")):
+            assert json.load(open(res))["error"] == "interrupted"

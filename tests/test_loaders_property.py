@@ -1,0 +1,136 @@
+"""Property tests for everything satbed reads that a user, a killed run or
+another tool may have written: topologies, experiment files, YAML bytes,
+testbed records, pcap captures and tcptrace output. Whatever the input, a
+loader returns a value or raises its one documented error, never anything
+else (an unexpected exception is a traceback in front of the user)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
+from satbed.errors import SatbedError
+
+PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40),
+                    st.floats(allow_nan=True, allow_infinity=True),
+                    st.text(max_size=20), st.sampled_from(["10.9.0.1/24", "a.eth0", "em.a", "8mbit", "600",
+                                                           "1e-5", "pep", "emulator", "scp", "none"]))
+documents = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=12) | st.sampled_from(
+        ["name", "subnet", "hosts", "transparent", "routers", "links", "ip", "kind", "ports", "short",
+         "fixed", "axes", "repetitions", "client", "pep", "rtt", "ber", "link", "size", "timeout"]),
+        inner, max_size=6)), max_leaves=30)
+
+# Shapes near the valid ones reach deeper into the validators than noise does.
+host = st.fixed_dictionaries({"ip": st.sampled_from(["10.9.0.1/24", "10.9.0.2/24", "10.9.0.0/24", "x", None])},
+                             optional={"short": st.sampled_from(["a", "b", "zz", "A", ""]),
+                                       "gateway": st.sampled_from(["10.9.0.254", "1.2.3.4", "nope"])})
+topologies = st.fixed_dictionaries({
+    "name": st.text(max_size=5),
+    "hosts": st.dictionaries(st.sampled_from(["a", "b", "c", "9x"]), host, max_size=3),
+    "transparent": st.dictionaries(st.sampled_from(["em", "pa", "br"]), st.fixed_dictionaries(
+        {"kind": st.sampled_from(["pep", "emulator", "bridge", "toaster"]),
+         "ports": st.sampled_from([["a", "b"], ["lan", "wan"], ["a"], ["a", "a"], "ab"])}), max_size=2),
+    "links": st.lists(st.lists(st.sampled_from(["a.eth0", "b.eth0", "c.eth0", "em.a", "em.b", "pa.lan",
+                                                "pa.wan", "br.a", "zz.q", 5]), min_size=1, max_size=3),
+                      max_size=4)})
+experiments = st.fixed_dictionaries({}, optional={
+    "fixed": st.dictionaries(st.sampled_from(["client", "pep", "rtt", "ber", "size", "queue", "rate", "link",
+                                              "time_limit", "direction", "seed"]), scalars, max_size=5),
+    "axes": st.dictionaries(st.sampled_from(["client", "pep", "rtt", "ber", "size"]),
+                            st.lists(scalars, max_size=3) | scalars, max_size=3),
+    "repetitions": scalars, "timeout": scalars})
+
+
+@PROFILE
+@given(st.one_of(documents, topologies))
+def test_topology_parse_returns_a_spec_or_one_error(doc):
+    from satbed import topology
+    try:
+        topology.parse(doc, source="fuzz")
+    except SatbedError as e:
+        assert "\n" not in str(e)
+
+
+@PROFILE
+@given(st.one_of(documents, experiments))
+def test_experiment_build_returns_cells_or_one_error(doc):
+    from satbed import matrix
+    try:
+        matrix._build(doc, "fuzz.yaml", "mininet")
+    except SatbedError as e:
+        assert "\n" not in str(e)
+
+
+@PROFILE
+@given(st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
+def test_yaml_bytes_load_or_one_error(data):
+    from satbed import yamlfile
+    with tempfile.NamedTemporaryFile(suffix=".yaml") as f:
+        f.write(data)
+        f.flush()
+        try:
+            yamlfile.load(f.name, "fuzz file")
+        except SatbedError as e:
+            assert "\n" not in str(e)
+
+
+@PROFILE
+@given(st.binary(max_size=300) | documents.map(lambda d: __import__("json").dumps(d).encode()))
+def test_records_scan_never_raises(data):
+    from satbed import records
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "sb12ab.json"), "wb") as f:
+            f.write(data)
+        old, records.RECORD_DIR = records.RECORD_DIR, d
+        try:
+            found = records.scan()
+        finally:
+            records.RECORD_DIR = old
+        assert len(found) == 1
+        assert isinstance(found[0], (records.RunRecord, str))
+
+
+def _pcap(frames: list[bytes], linktype: int) -> bytes:
+    head = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+    return head + b"".join(struct.pack("<IIII", 1, i, len(fr), len(fr)) + fr for i, fr in enumerate(frames))
+
+
+@PROFILE
+@given(st.lists(st.binary(max_size=120), max_size=6), st.sampled_from([1, 113, 276, 101, 0]),
+       st.integers(0, 40))
+def test_pcap_reader_returns_packets_or_a_pcap_error(frames, linktype, cut):
+    from analysis.pcap import PcapError, read_tcp
+    data = _pcap(frames, linktype)
+    data = data[:len(data) - cut] if cut else data
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.pcap"
+        p.write_bytes(data)
+        try:
+            summary = read_tcp(p)
+        except PcapError:
+            return
+        assert summary.records <= len(frames)
+
+
+@PROFILE
+@given(st.lists(st.one_of(st.text(max_size=60), st.sampled_from([
+    "TCP connection 1:", "	host a:        10.99.99.2:40000", "	host b:        10.99.99.254:22",
+    "	complete conn: yes", "	first packet:  Mon Nov 23 10:00:00.000000 2026",
+    "	elapsed time:  0:00:10.000000", "	total packets: 100",
+    "     total packets:          50           total packets:          50",
+    "     RTT avg:             600.1 ms          RTT avg:               0.0 ms",
+    "     throughput:        100000 Bps          throughput:           1 Bps",
+    "================================"])), max_size=30))
+def test_tcptrace_long_output_parses_or_yields_nothing(lines):
+    from analysis.tcptrace import main_connection, parse_long
+    conns = parse_long("\n".join(lines))
+    main_connection(conns)
