@@ -227,7 +227,7 @@ def test_a_pep_that_dies_is_named_as_the_failure(tmp_path):
                 "--out", str(tmp_path / "runs"), env={"SATBED_SCPS_BIN": bin_}, timeout=600)
     assert cp.returncode != 0
     last = cp.stderr.strip().splitlines()[-1]
-    assert "PEP scps on pepA is down" in last and "the client then failed" in last, last
+    assert "PEP scps on pepA is down" in last and "SCPS gateway not running" in last, last
 
 
 # ------------------------------------------------------------ the real programs
