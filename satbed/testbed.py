@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import time
 import signal
 from contextlib import contextmanager
 from typing import Iterator
@@ -184,7 +186,45 @@ def clean(verbose: bool = True) -> list[str]:
             note += f", payloads and keys removed from {rec.run_dir}"
         rec.remove()
         done.append(note)
+    done += remove_stale_files({r.prefix for r in live})
     return done
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def remove_stale_files(live_prefixes: set[str]) -> list[str]:
+    """Control sockets and half-written records killed runs left in the record
+    directory: a socket nobody answers on, a temporary record of no live run."""
+    removed = []
+    try:
+        names = os.listdir(records.RECORD_DIR)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(records.RECORD_DIR, name)
+        if not records.PREFIX_RE.match(name[:6]) or name[:6] in live_prefixes:
+            continue
+        if name.endswith(".sock"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2)
+                try:
+                    s.connect(path)
+                    continue            # someone answers: not ours to remove
+                except OSError:
+                    pass
+        elif not name.endswith(".tmp") or time.time() - _mtime(path) < 10:
+            continue                    # a record being written this moment is a live run's
+        try:
+            os.unlink(path)
+            removed.append(f"{name}: stale file removed")
+        except OSError:
+            pass
+    return removed
 
 
 def remove_run_files(run_dir: str) -> bool:

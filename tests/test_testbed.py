@@ -143,3 +143,33 @@ def test_cli_pings_by_host_name():
     # Mininet's CLI prints command output through its logger, which may be
     # either stream depending on the terminal.
     assert "1 received" in cp.stdout + cp.stderr
+
+
+def test_clean_removes_stale_sockets_and_half_written_records_only():
+    import socket
+    from satbed import records
+    os.makedirs(records.RECORD_DIR, exist_ok=True)
+    stale_sock = os.path.join(records.RECORD_DIR, "sbfff0-em-satemu.sock")
+    live_sock = os.path.join(records.RECORD_DIR, "sbfff1-em-satemu.sock")
+    tmp = os.path.join(records.RECORD_DIR, "sbfff2.json.tmp")
+    for p in (stale_sock, live_sock, tmp):
+        if os.path.exists(p):
+            os.unlink(p)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(stale_sock)
+    dead.close()                        # a socket file nobody listens on
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(live_sock)
+    live.listen(1)
+    open(tmp, "w").close()
+    os.utime(tmp, (time.time() - 60, time.time() - 60))
+    try:
+        out = satbed("clean").stdout
+        assert "sbfff0-em-satemu.sock: stale file removed" in out and not os.path.exists(stale_sock)
+        assert "sbfff2.json.tmp: stale file removed" in out and not os.path.exists(tmp)
+        assert os.path.exists(live_sock)
+    finally:
+        live.close()
+        for p in (stale_sock, live_sock, tmp):
+            if os.path.exists(p):
+                os.unlink(p)
