@@ -25,13 +25,14 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
 from satbed import docker, topology
+from satbed.emulation import control_request
+from satbed.pepcheck import CLIENT, SERVER     # the one TCP check pep-check and compose use
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT, last_line, require_root, require_tools
 from satbed.proc import run as proc_run
@@ -48,33 +49,6 @@ CHECK_PORT = 5299
 CHECK_BYTES = 256 << 10
 READY_S = 90
 STATS_SETTLE_S = 3
-
-# One-shot TCP check: Client B receives and answers with the count and
-# sha256; Client A sends seeded bytes and prints both.
-SERVER = r"""
-import hashlib, socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); s.settimeout(60)
-print("listening", flush=True)
-c, _ = s.accept(); c.settimeout(60); h = hashlib.sha256(); n = 0
-while True:
-    b = c.recv(65536)
-    if not b: break
-    h.update(b); n += len(b)
-c.sendall(f"{n} {h.hexdigest()}".encode()); c.close()
-"""
-CLIENT = r"""
-import hashlib, random, socket, sys
-data = random.Random(22).randbytes(int(sys.argv[3]))
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
-c.sendall(data); c.shutdown(socket.SHUT_WR)
-reply = b""
-while True:
-    b = c.recv(4096)
-    if not b: break
-    reply += b
-print(reply.decode(), len(data), hashlib.sha256(data).hexdigest())
-"""
 
 
 @dataclass
@@ -326,17 +300,7 @@ class Standing:
     # ------------------------------------------------------------ emulator
 
     def emulator_request(self, svc: Service, req: dict) -> dict:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(f"/proc/{svc.pid}/root{EMU_STATE}/satemu.sock")
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        return json.loads(buf)
+        return control_request(f"/proc/{svc.pid}/root{EMU_STATE}/satemu.sock", req)
 
     def live_link(self, svc: Service) -> dict:
         """The link in force, from satemu: direction -> effective settings."""

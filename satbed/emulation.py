@@ -213,6 +213,21 @@ def spin_us() -> int | None:
     return v
 
 
+def control_request(path: str, req: dict) -> dict:
+    """One request on a satemu control socket, one JSON reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(path)
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf or b"{}")
+
+
 class Satemu(Emulator):
     """satemu on the Emulator's ports; control socket for mid-run changes."""
     backend = "userspace"
@@ -269,17 +284,7 @@ class Satemu(Emulator):
             return "no log"
 
     def request(self, req: dict) -> dict:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(self.control)
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        return json.loads(buf or b"{}")
+        return control_request(self.control, req)
 
     def down(self) -> str:
         if self.proc is not None and self.proc.poll() is not None:

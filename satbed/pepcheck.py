@@ -57,20 +57,19 @@ STATS_SETTLE_S = 5
 SERVER = r"""
 import hashlib, socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); s.settimeout(60)
 print("listening", flush=True)
-c, _ = s.accept(); h = hashlib.sha256(); n = 0
+c, _ = s.accept(); c.settimeout(60); h = hashlib.sha256(); n = 0
 while True:
     b = c.recv(65536)
     if not b: break
     h.update(b); n += len(b)
 c.sendall(f"{n} {h.hexdigest()}".encode()); c.close()
 """
-# Client on Client A: send seeded bytes, half-close, print the server's answer and ours.
 CLIENT = r"""
 import hashlib, random, socket, sys
 data = random.Random(7).randbytes(int(sys.argv[3]))
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
 c.sendall(data); c.shutdown(socket.SHUT_WR)
 reply = b""
 while True:

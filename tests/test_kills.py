@@ -43,6 +43,16 @@ def _prefixes_of(pid: int) -> set[str]:
     return found
 
 
+def _watch_until(p: subprocess.Popen, moment: float) -> set[str]:
+    """The testbed prefixes the run owns by `moment` seconds after its start."""
+    prefixes: set[str] = set()
+    deadline = time.monotonic() + moment
+    while time.monotonic() < deadline:
+        prefixes |= _prefixes_of(p.pid)
+        time.sleep(0.05)
+    return prefixes | _prefixes_of(p.pid)
+
+
 def _left(prefix: str, out: str) -> list[str]:
     """What a run with this prefix left on the machine and on disk."""
     left = [f"record {prefix}"] if os.path.exists(f"/run/satbed/{prefix}.json") else []
@@ -65,12 +75,7 @@ def _wait_gone(prefix: str, out: str, limit: float = 10) -> list[str]:
 def test_sigkill_then_clean_leaves_nothing(moment, tmp_path):
     out = str(tmp_path)
     p = _start(out)
-    prefixes: set[str] = set()
-    deadline = time.monotonic() + moment
-    while time.monotonic() < deadline:
-        prefixes |= _prefixes_of(p.pid)
-        time.sleep(0.05)
-    prefixes |= _prefixes_of(p.pid)
+    prefixes = _watch_until(p, moment)
     p.kill()
     p.wait()
     cp = satbed("clean", timeout=120)
@@ -83,12 +88,7 @@ def test_sigkill_then_clean_leaves_nothing(moment, tmp_path):
 def test_double_ctrl_c_leaves_nothing_and_says_interrupted(moment, tmp_path):
     out = str(tmp_path)
     p = _start(out)
-    prefixes: set[str] = set()
-    deadline = time.monotonic() + moment
-    while time.monotonic() < deadline:
-        prefixes |= _prefixes_of(p.pid)
-        time.sleep(0.05)
-    prefixes |= _prefixes_of(p.pid)
+    prefixes = _watch_until(p, moment)
     p.send_signal(signal.SIGINT)
     time.sleep(0.5)
     if p.poll() is None:
