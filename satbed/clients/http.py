@@ -11,14 +11,18 @@ PORT = 80
 
 CONFIG = """\
 # satbed per-run lighttpd configuration
-server.document-root = "{root}"
-server.bind = "{ip}"
-server.port = {port}
-# No server.errorlog: errors go to stderr, into logs/wget-lighttpd.txt (a log
-# file would be opened after the drop to www-data, in a root-owned directory).
-# Bound as root, then serving as www-data: it needs no more.
+# Bound as root, then chrooted into the document root and serving as
+# www-data: it reaches the payload whatever modes the directories above have
+# (a run directory under /root or pytest's 0700 tmp). No server.errorlog: a
+# log file would be opened after the drop; errors go to stderr, into
+# logs/wget-lighttpd.txt.
+server.chroot = "{root}"
+server.document-root = "/"
+server.upload-dirs = ( "/" )
 server.username = "www-data"
 server.groupname = "www-data"
+server.bind = "{ip}"
+server.port = {port}
 server.max-keep-alive-requests = 0
 mimetype.assign = ( "" => "application/octet-stream" )
 """
