@@ -213,11 +213,17 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
                         "within the client's time limit, i.e. below size / limit); see the cells table.")
     ax.set_title(title.format(v=shown, b=fmt_ber(shown)), fontsize=11)
     fig.tight_layout()
+    return {"name": name, "png": png(fig), "caption": caption, "points": plotted, "fixed": fixed,
+            "value": value, "x": x}
+
+
+def png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes, and the figure closed."""
+    import matplotlib.pyplot as plt
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
-    return {"name": name, "png": buf.getvalue(), "caption": caption, "points": plotted, "fixed": fixed,
-            "value": value, "x": x}
+    return buf.getvalue()
 
 
 def summary_table(rows: list[CellRow]) -> list[dict]:

@@ -36,7 +36,6 @@ redraw them anywhere."""
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import os
 import threading
@@ -347,10 +346,8 @@ def plot(rows: list[dict], title: str = "Router interface counters") -> bytes:
         ax_rate.legend(fontsize=8, loc="best")
     ax_rate.set_title(title, fontsize=11)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    from satbed.charts import png
+    return png(fig)
 
 
 def report_section(run_dir: str) -> str:

@@ -31,7 +31,6 @@ import base64
 import bisect
 import glob
 import html
-import io
 import json
 import math
 import os
@@ -534,10 +533,8 @@ def plot(run_dir: str) -> bytes:
     ax_n.grid(True, alpha=0.3)
     ax_n.set_title("Open flows over time", fontsize=11)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    from satbed.charts import png
+    return png(fig)
 
 
 def report_section(run_dir: str) -> str:

@@ -61,15 +61,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return usageError{fmt.Errorf("unknown command %q; %s", args[0], usage)}
 }
 
-func openRecords(path string) (*os.File, error) {
+// openRecords opens the per-flow records file for appending; with no path
+// (or "-") there is none: a nil writer and a close that does nothing.
+func openRecords(path string) (io.Writer, func(), error) {
 	if path == "" || path == "-" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("records: %w", err)
+		return nil, nil, fmt.Errorf("records: %w", err)
 	}
-	return f, nil
+	return f, func() { f.Close() }, nil
 }
 
 func printSummary(stdout io.Writer, s *trafficgen.Summary) error {
@@ -94,15 +96,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))}
 	}
-	f, err := openRecords(*records)
+	w, closeRecords, err := openRecords(*records)
 	if err != nil {
 		return err
 	}
-	var w io.Writer
-	if f != nil {
-		defer f.Close()
-		w = f
-	}
+	defer closeRecords()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -164,15 +162,11 @@ func client(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := cfg.Validate(); err != nil {
 		return usageError{fmt.Errorf("client: %w", err)}
 	}
-	f, err := openRecords(*records)
+	w, closeRecords, err := openRecords(*records)
 	if err != nil {
 		return err
 	}
-	var w io.Writer
-	if f != nil {
-		defer f.Close()
-		w = f
-	}
+	defer closeRecords()
 	sum, err := trafficgen.Run(ctx, cfg, trafficgen.NewRecorder(w))
 	if sum != nil {
 		if perr := printSummary(stdout, sum); perr != nil && err == nil {
