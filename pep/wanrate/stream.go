@@ -38,7 +38,7 @@ type Stream struct {
 	t        *Tunnel
 	k        key
 	Src, Dst netip.AddrPort
-	cond     *sync.Cond // on t.mu: space to send, data to deliver, reset
+	cond     *sync.Cond    // on t.mu: space to send, data to deliver, reset
 	done     chan struct{} // closed when the stream ended (finished or reset)
 	ended    bool
 	created  time.Time
