@@ -211,7 +211,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     tb = Testbed(spec, backend=backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
-    run_dir = os.path.abspath(run_dir)
+    run_dir = paths.private_dir(os.path.abspath(run_dir))
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
     write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
