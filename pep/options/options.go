@@ -18,6 +18,17 @@ const (
 	OverflowRefuse      = "refuse"
 )
 
+// Handshake modes: when the client's connection is completed.
+const (
+	// HandshakeLocal answers the client's SYN at once (the PEP's own
+	// SYN-ACK), before the server has been reached.
+	HandshakeLocal = "local"
+	// HandshakeEndToEnd holds the client's SYN (NFQUEUE) until the
+	// upstream connect succeeded: setup takes the end-to-end time and a
+	// refused connection is refused end to end; data is still split.
+	HandshakeEndToEnd = "end-to-end"
+)
+
 // Options is the complete pepd configuration that can be set from the
 // option string. Zero values of the optional knobs mean "leave the kernel
 // default alone".
@@ -42,6 +53,7 @@ type Options struct {
 	StatsInterval    time.Duration // stats file refresh period
 	ConnLog          bool          // write one JSON line per finished connection
 	Workers          int           // processes sharing the listeners (SO_REUSEPORT); 0 = auto, as many as the open-file limit needs for MaxConns
+	Handshake        string        // HandshakeLocal or HandshakeEndToEnd
 }
 
 // MaxWorkers bounds the workers option: beyond a few dozen processes the
@@ -64,6 +76,7 @@ func Defaults() Options {
 		StatsInterval:    time.Second,
 		ConnLog:          true,
 		Workers:          1,
+		Handshake:        HandshakeLocal,
 	}
 }
 
@@ -128,6 +141,13 @@ var keys = map[string]setter{
 		return nil
 	},
 	"conn_log": func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+	"handshake": func(o *Options, v string) error {
+		if v != HandshakeLocal && v != HandshakeEndToEnd {
+			return fmt.Errorf("want %s or %s, got %q", HandshakeLocal, HandshakeEndToEnd, v)
+		}
+		o.Handshake = v
+		return nil
+	},
 	"workers": func(o *Options, v string) error {
 		if v == "auto" {
 			o.Workers = 0
@@ -172,6 +192,10 @@ func Parse(s string) (Options, error) {
 			return o, fmt.Errorf("option %s: %w", k, err)
 		}
 	}
+	// One netlink socket owns a queue: worker processes cannot share it.
+	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {
+		return o, fmt.Errorf("option handshake=%s needs workers=1 (one process owns the SYN queue)", HandshakeEndToEnd)
+	}
 	return o, nil
 }
 
@@ -199,6 +223,7 @@ func (o Options) Map() map[string]string {
 		"stats_interval":     o.StatsInterval.String(),
 		"conn_log":           boolString(o.ConnLog),
 		"workers":            workersString(o.Workers),
+		"handshake":          o.Handshake,
 	}
 }
 

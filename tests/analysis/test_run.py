@@ -16,6 +16,7 @@ GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden.pcap"
 
 
 def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
+    tshark = json.loads((GOLDEN.parent / "tshark_expected.json").read_text())["golden.pcap"]
     a = analyze_run(run_dir, graphs=False)
     assert set(a) == {"lan_a", "wan_a", "wan_b", "lan_b"}
     good = a["lan_a"]
@@ -26,7 +27,9 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     assert main["a2b"]["unique_bytes"] == expected["transfer_bytes"]
     assert main["a2b"]["rexmt_pkts"] == expected["a2b"]["rexmt_pkts"]
     assert main["a2b"]["rtt_avg_ms"] == pytest.approx(expected["a2b"]["rtt_avg_ms"])
-    assert main["sack_blocks_seen"] == expected["b2a"]["sack_pkts"]
+    # tcptrace's "sacks sent" counts ACKs with a SACK option; the figure is the blocks.
+    assert main["sack"]["acks_with_sack"] == expected["b2a"]["sack_pkts"]
+    assert main["sack_blocks_seen"] == tshark["sack_blocks"]
     assert len(good["connection_list"]) == expected["connections"]
     summ = main["summary"]
     # Values read off the capture by hand (tcpdump -nr golden.pcap), not
@@ -34,7 +37,11 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     assert summ["data_src"] == "10.99.99.1:45294"
     assert summ["rexmt_pkts"] == expected["a2b"]["rexmt_pkts"]
     assert summ["receiver_win_max"] == expected["b2a"]["max_win_adv"]
-    assert summ["sack_blocks_seen"] == expected["b2a"]["sack_pkts"]
+    assert summ["sack_blocks_seen"] == tshark["sack_blocks"]
+    assert summ["rtt_samples"] == tshark["rtt_samples"]
+    assert summ["rtt_avg_ms"] == pytest.approx(tshark["rtt_avg_ms"], abs=1e-3)
+    assert summ["rtt_max_ms"] == pytest.approx(tshark["rtt_max_ms"], abs=1e-3)
+    assert summ["rtt_tcptrace_avg_ms"] == pytest.approx(expected["a2b"]["rtt_avg_ms"])
     assert summ["throughput_bps"] == 8 * expected["a2b"]["throughput_Bps"]
     assert "long.txt" in good["outputs"] and "long.csv" in good["outputs"]
     # Per-direction times come from the capture and bracket the connection.
