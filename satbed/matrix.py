@@ -659,7 +659,8 @@ def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
         raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
     if os.path.isdir(cell_dir):
         shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
-    os.makedirs(cell_dir)
+    os.makedirs(os.path.dirname(cell_dir), exist_ok=True)
+    paths.private_dir(cell_dir)
     with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
         json.dump({"params": cell.params, "repetition": cell.repetition, "config": cell.config,
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
