@@ -49,6 +49,9 @@ class TcpPacket:
     flags: int
     win: int
     payload: int
+    # SACK blocks (left, right) the packet carried; () without the option or
+    # when the snap length cut the options off.
+    sack: tuple[tuple[int, int], ...] = ()
 
     @property
     def syn(self) -> bool:
@@ -193,9 +196,37 @@ def _decode_tcp(frame: bytes, off: int, seg_len: int, src: str, dst: str,
                 ts: float) -> TcpPacket | None:
     sport, dport, seq, ack, offflags, win = struct.unpack_from(">HHIIHH", frame, off)
     hdr = (offflags >> 12) * 4
+    sack = _sack_blocks(frame[off + 20:off + hdr]) if hdr > 20 else ()
     return TcpPacket(ts=ts, src=src, sport=sport, dst=dst, dport=dport, seq=seq,
                      ack=ack, flags=offflags & 0x3F, win=win,
-                     payload=max(0, seg_len - hdr))
+                     payload=max(0, seg_len - hdr), sack=sack)
+
+
+TCPOPT_EOL = 0
+TCPOPT_NOP = 1
+TCPOPT_SACK = 5
+
+
+def _sack_blocks(opts: bytes) -> tuple[tuple[int, int], ...]:
+    """The SACK option's (left, right) edges; a malformed or snapped option
+    list yields what was complete before the damage, like tshark shows it."""
+    i = 0
+    while i < len(opts):
+        kind = opts[i]
+        if kind == TCPOPT_EOL:
+            break
+        if kind == TCPOPT_NOP:
+            i += 1
+            continue
+        if i + 1 >= len(opts) or opts[i + 1] < 2:
+            break
+        length = opts[i + 1]
+        if kind == TCPOPT_SACK:
+            body = opts[i + 2:i + length]
+            n = min(len(body), length - 2) // 8
+            return tuple(struct.unpack_from(">II", body, 8 * k) for k in range(n))
+        i += length
+    return ()
 
 
 def iter_connection(packets: list[TcpPacket], a: tuple[str, int],

@@ -17,6 +17,7 @@ from satbed.files import write_json
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
+from .acks import ack_rtt, sack_stats
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
@@ -63,6 +64,10 @@ def _classic_pcap(src: Path, outdir: Path) -> Path:
 
 def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[str, Any]:
     data, rev = conn.data_direction()
+    # RTT from every ACK and true SACK block counts (analysis/acks.py says why
+    # tcptrace's own figures are not used for these).
+    rtt = ack_rtt(packets, data.src, data.dst)
+    sack = sack_stats(packets, data.src, data.dst)
     d = {
         "index": conn.index,
         "host_a": conn.host_a,
@@ -74,8 +79,10 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         "data_direction": "a2b" if data is conn.a2b else "b2a",
         "a2b": conn.a2b.to_dict(),
         "b2a": conn.b2a.to_dict(),
+        "rtt": rtt.to_dict(),
+        "sack": sack.to_dict(),
         # The ACK side's SACKs describe the data direction's losses.
-        "sack_blocks_seen": rev.sacks_sent,
+        "sack_blocks_seen": sack.blocks,
         "spoofing_throughput": None,
     }
     st = spoofing_throughput(packets, data.src, data.dst) if packets else None
@@ -93,13 +100,20 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         "data_pkts": data.data_pkts,
         "rexmt_bytes": data.rexmt_bytes,
         "rexmt_pkts": data.rexmt_pkts,
-        "rtt_min_ms": data.rtt_min_ms,
-        "rtt_avg_ms": data.rtt_avg_ms,
-        "rtt_max_ms": data.rtt_max_ms,
-        "rtt_stdev_ms": data.rtt_stdev_ms,
+        "rtt_samples": rtt.samples,
+        "rtt_min_ms": rtt.min_ms,
+        "rtt_avg_ms": rtt.avg_ms,
+        "rtt_max_ms": rtt.max_ms,
+        "rtt_stdev_ms": rtt.stdev_ms,
+        # tcptrace's Karn-filtered figures, kept to show the difference.
+        "rtt_tcptrace_samples": data.rtt_samples,
+        "rtt_tcptrace_avg_ms": data.rtt_avg_ms,
+        "rtt_tcptrace_max_ms": data.rtt_max_ms,
         "receiver_win_max": rev.win_max,
         "receiver_win_avg": rev.win_avg,
-        "sack_blocks_seen": rev.sacks_sent,
+        "sack_blocks_seen": sack.blocks,
+        "acks_with_sack": sack.acks_with_sack,
+        "complete_transfer": st.complete if st else None,
         "dup_acks": data.dup_acks,
         "zero_window_probes": data.zwnd_probe_pkts,
         "elapsed_s": conn.elapsed_s,
