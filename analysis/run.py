@@ -222,28 +222,87 @@ def configured_window(run: Path) -> "Window | None":
         return None
 
 
-def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
-    """The main connection's connect time as its initiator saw it: SYN to
-    SYN/ACK on the initiator's own port (lan_a for Client A, lan_b for Client
-    B), from the capture. A split PEP answers the SYN from the LAN, so with one
-    this is LAN-short; end to end it is one satellite RTT."""
+def _host_ports(run: Path) -> dict[str, str]:
+    """{"lan_a": Client A's IP, "lan_b": Client B's IP}: which end host sits
+    next to each LAN capture, from the run's config (empty when unknown)."""
     config, _ = load_json(run / "config.json")
     hosts = ((config or {}).get("topology_spec") or {}).get("hosts", {})
     plan = (config or {}).get("plan") or {}
     # The main flow's hosts as the runner resolved them (older runs: the chain's ends).
     ends = [plan.get("a"), plan.get("b")] if plan.get("a") else [*list(hosts)[:1], *list(hosts)[-1:]]
     if len(ends) < 2 or not all(e in hosts for e in ends):
-        return None
-    port_of = {"lan_a": hosts[ends[0]].get("ip", ""), "lan_b": hosts[ends[1]].get("ip", "")}
-    for vantage, cidr in port_of.items():
+        return {}
+    out = {"lan_a": str(hosts[ends[0]].get("ip", "")).split("/")[0],
+           "lan_b": str(hosts[ends[1]].get("ip", "")).split("/")[0]}
+    return {k: v for k, v in out.items() if v}
+
+
+def _ip(addr: Any) -> str:
+    return str(addr or "").rsplit(":", 1)[0]
+
+
+def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """The main connection's connect time as its initiator saw it: SYN to
+    SYN/ACK on the initiator's own port (lan_a for Client A, lan_b for Client
+    B), from the capture. A split PEP answers the SYN from the LAN, so with one
+    this is LAN-short; end to end it is one satellite RTT."""
+    for vantage, ip in _host_ports(run).items():
         main = (analysis.get(vantage) or {}).get("main")
-        if not main or not cidr:
+        if not main:
             continue
         opener = main.get("a2b") or {}
-        if str(opener.get("src", "")).rsplit(":", 1)[0] == cidr.split("/")[0] and \
+        if _ip(opener.get("src")) == ip and \
                 opener.get("rtt_3whs_ms") is not None and (opener.get("syn_pkts") or 0) > 0:
             return {"tcp_handshake_ms": opener["rtt_3whs_ms"], "tcp_handshake_vantage": vantage}
     return None
+
+
+def end_to_end(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """Sender- and receiver-view throughput of the whole transfer, across vantages.
+
+    Behind a split PEP each capture sees only its own segment, so one vantage's
+    views describe client <-> PEP.  All captures share one clock, and the LAN
+    captures sit next to the end hosts, so the study's end-to-end figures are:
+    start = the initiator's SYN on its own LAN port, sender end = the last ACK
+    on the sender's LAN port, receiver end = the last ACK on the receiver's LAN
+    port; bytes = what the receiver acknowledged.  Without a PEP this equals
+    the single-vantage views; None when either LAN capture lacks them.
+    """
+    ports = _host_ports(run)
+    views: dict[str, dict[str, Any]] = {}
+    for vantage in ports:
+        main = (analysis.get(vantage) or {}).get("main") or {}
+        st = main.get("spoofing_throughput")
+        if st and st.get("sender_end") is not None:
+            views[vantage] = {**st, "data_src": main["summary"]["data_src"],
+                              "data_dst": main["summary"]["data_dst"]}
+    if len(views) < 2:
+        return None
+    by_ip = {ip: v for v, ip in ports.items()}
+    anyview = next(iter(views.values()))
+    sender_v = by_ip.get(_ip(anyview["data_src"]))
+    receiver_v = by_ip.get(_ip(anyview["data_dst"]))
+    init_v = by_ip.get(_ip(anyview.get("initiator")))
+    if not (sender_v and receiver_v and init_v) or sender_v == receiver_v:
+        return None
+    snd, rcv, ini = views[sender_v], views[receiver_v], views[init_v]
+    start = ini["start"]
+    nbytes = rcv["data_bytes"]
+    sv = snd["sender_end"] - start
+    rv = rcv["receiver_end"] - start
+    return {
+        "data_bytes": nbytes,
+        "start": start,
+        "sender_end": snd["sender_end"],
+        "receiver_end": rcv["receiver_end"],
+        "sender_view_s": sv,
+        "receiver_view_s": rv,
+        "sender_bps": 8 * nbytes / sv if sv > 0 else 0.0,
+        "receiver_bps": 8 * nbytes / rv if rv > 0 else 0.0,
+        "complete": bool(snd.get("complete", True) and rcv.get("complete", True)),
+        "method": f"start: SYN on {init_v}; sender end: last ACK on {sender_v}; "
+                  f"receiver end: last ACK on {receiver_v}",
+    }
 
 
 def update_result(run: Path, analysis: dict[str, Any]) -> None:
@@ -260,7 +319,10 @@ def update_result(run: Path, analysis: dict[str, Any]) -> None:
             # Keep the unreadable original next to the new file instead of losing it.
             path.replace(run / "result.json.corrupt")
     result["analysis"] = analysis
-    for key in ("tcp_handshake_ms", "tcp_handshake_vantage"):
+    for key in ("tcp_handshake_ms", "tcp_handshake_vantage", "end_to_end_throughput"):
         result.pop(key, None)
     result.update(handshake_from_capture(run, analysis) or {})
+    e2e = end_to_end(run, analysis)
+    if e2e is not None:
+        result["end_to_end_throughput"] = e2e
     write_json(path, result)
