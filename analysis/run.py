@@ -17,7 +17,7 @@ from satbed.files import write_json
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
-from .acks import ack_rtt, sack_stats
+from .acks import ack_rtt, first_retransmission, sack_stats
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
@@ -83,6 +83,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         "sack": sack.to_dict(),
         # The ACK side's SACKs describe the data direction's losses.
         "sack_blocks_seen": sack.blocks,
+        # Where the run's zoom window goes (one window for every vantage).
+        "first_retransmission": first_retransmission(packets, data.src, data.dst),
         "spoofing_throughput": None,
     }
     st = spoofing_throughput(packets, data.src, data.dst) if packets else None
@@ -122,7 +124,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
 
 
 def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
-                    window: "Window | None" = None) -> dict[str, Any]:
+                    window: "Window | None" = None,
+                    origin: float | None = None) -> dict[str, Any]:
     """Metrics for one capture; raises CaptureError/TcptraceError on failure."""
     outdir.mkdir(parents=True, exist_ok=True)
     if not pcap.is_file():
@@ -132,6 +135,10 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         summary = pcapmod.read_tcp(src)
     except pcapmod.PcapError as e:
         raise CaptureError(str(e)) from e
+    if not summary.packets and summary.udp:
+        # Saratoga (and other UDP transfers): tcptrace has nothing to say.
+        return {"capture": str(pcap), "packets": summary.records, "tcp_packets": 0,
+                "udp": udp_view(summary.udp)}
     tt = run_tcptrace(src, outdir)
     conns = parse_long(tt.long_text)
     apply_csv_seconds(conns, tt.csv.read_text(errors="replace"))
@@ -160,13 +167,46 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         # Partial numbers stay available but flagged: they undercount.
         return {"error": f"truncated capture {pcap.name}: {detail}", "partial": out}
     if graphs:
-        from .tsg import make_graphs  # matplotlib import is slow; only when drawing
-        try:
-            out["graphs"] = make_graphs(outdir, main, src, window)
-        except Exception as e:  # a drawing failure must not lose the metrics
-            out["graph_error"] = f"{type(e).__name__}: {e}"
-        out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
+        draw_graphs(out, outdir, src, window, origin)
     return out
+
+
+def udp_view(datagrams: list[pcapmod.UdpPacket]) -> dict[str, Any]:
+    """Per-flow datagram counts and rates of a UDP capture, biggest flow first.
+
+    A flow is one direction (src -> dst); its rate is payload bits over the
+    time from its first to its last datagram (wire rate: Saratoga's
+    retransmitted frames included, unlike the application's goodput).
+    """
+    flows: dict[tuple[str, int, str, int], list[float]] = {}
+    for d in datagrams:
+        f = flows.setdefault((d.src, d.sport, d.dst, d.dport), [0, 0, d.ts, d.ts])
+        f[0] += 1
+        f[1] += d.payload
+        f[2] = min(f[2], d.ts)
+        f[3] = max(f[3], d.ts)
+    rows = []
+    for (src, sport, dst, dport), (n, nbytes, first, last) in flows.items():
+        span = last - first
+        rows.append({"src": f"{src}:{sport}", "dst": f"{dst}:{dport}", "datagrams": int(n),
+                     "payload_bytes": int(nbytes), "first_packet": first, "last_packet": last,
+                     "duration_s": span, "rate_bps": 8 * nbytes / span if span > 0 else None})
+    rows.sort(key=lambda r: -r["payload_bytes"])
+    return {"datagrams": len(datagrams), "flows": rows}
+
+
+def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: "Window | None",
+                origin: float | None) -> None:
+    """xplot files and PNGs of a vantage's main connection, into out["graphs"]."""
+    from .tsg import generate_xplot, draw_from_xpl  # matplotlib import is slow; only when drawing
+    main = out["main"]
+    data = main[main["data_direction"]]
+    try:
+        generate_xplot(pcap, outdir, main["index"])
+        out["graphs"] = draw_from_xpl(outdir, data["src"], data["dst"], window, origin)
+    except Exception as e:  # a drawing failure must not lose the metrics
+        out["graph_error"] = f"{type(e).__name__}: {e}"
+    out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
 
 
 def analyze_run(run_dir: Path | str, graphs: bool = True,
@@ -175,8 +215,10 @@ def analyze_run(run_dir: Path | str, graphs: bool = True,
 
     Returns {vantage: metrics or {"error": ...}}.  One bad capture never
     prevents the others from being analysed.  The zoomed time-sequence graph
-    uses `window`, else config.json's "tsg_window" {"start_s", "duration_s"},
-    else a window around the first retransmission.
+    uses `window` (seconds from the run's first captured packet), else
+    config.json's "tsg_window" {"start_s", "duration_s"}, else a window around
+    the run's first retransmission: chosen once and drawn at the same absolute
+    time for every vantage.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -184,17 +226,43 @@ def analyze_run(run_dir: Path | str, graphs: bool = True,
     if window is None:
         window = configured_window(run)
     analysis: dict[str, Any] = {}
+    sources: dict[str, Path] = {}
     for vantage, pcap in capture_paths(run).items():
         if pcap is None:
             analysis[vantage] = {"error": f"capture missing: captures/{vantage}.pcap"}
             continue
+        outdir = run / "analysis" / vantage
         try:
-            analysis[vantage] = analyze_capture(pcap, run / "analysis" / vantage,
-                                                 graphs=graphs, window=window)
+            analysis[vantage] = analyze_capture(pcap, outdir, graphs=False)
+            sources[vantage] = _classic_pcap(pcap, outdir)
         except (CaptureError, TcptraceError, OSError) as e:
             analysis[vantage] = {"error": str(e)}
+    if graphs:
+        origin, window = run_window(analysis, window)
+        for vantage, src in sources.items():
+            if "main" in analysis[vantage]:
+                draw_graphs(analysis[vantage], run / "analysis" / vantage, src, window, origin)
     update_result(run, analysis)
     return analysis
+
+
+def run_window(analysis: dict[str, Any],
+               window: "Window | None") -> tuple[float | None, "Window | None"]:
+    """(time origin, zoom window) of a run: the origin is the earliest main-connection
+    packet of any vantage; without an explicit window, one around the earliest
+    retransmission any vantage saw.  (None, window) when no vantage has a main."""
+    from .tsg import choose_window
+    mains = [e["main"] for e in analysis.values() if isinstance(e, dict) and e.get("main")]
+    firsts = [m["first_packet"] for m in mains if m.get("first_packet") is not None]
+    lasts = [m["last_packet"] for m in mains if m.get("last_packet") is not None]
+    if not firsts or not lasts:
+        return None, window
+    origin = min(firsts)
+    if window is None:
+        rexmts = [m["first_retransmission"] for m in mains
+                  if m.get("first_retransmission") is not None]
+        window = choose_window(origin, max(lasts), min(rexmts) if rexmts else None)
+    return origin, window
 
 
 def load_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
