@@ -54,7 +54,17 @@ type Options struct {
 	ConnLog          bool          // write one JSON line per finished connection
 	Workers          int           // processes sharing the listeners (SO_REUSEPORT); 0 = auto, as many as the open-file limit needs for MaxConns
 	Handshake        string        // HandshakeLocal or HandshakeEndToEnd
+	Wan              string        // WAN leg between two pepds: WanTCP (congestion-controlled, the default) or WanRate (package wanrate)
+	WanRate          int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
+	WanAdapt         bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
+	WanWindow        int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
 }
+
+// WAN leg kinds.
+const (
+	WanTCP  = "tcp"
+	WanRate = "rate"
+)
 
 // MaxWorkers bounds the workers option: beyond a few dozen processes the
 // per-process baseline memory outweighs any descriptor limit reason.
@@ -77,6 +87,8 @@ func Defaults() Options {
 		ConnLog:          true,
 		Workers:          1,
 		Handshake:        HandshakeLocal,
+		Wan:              WanTCP,
+		WanAdapt:         true,
 	}
 }
 
@@ -141,6 +153,23 @@ var keys = map[string]setter{
 		return nil
 	},
 	"conn_log": func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+	"wan": func(o *Options, v string) error {
+		if v != WanTCP && v != WanRate {
+			return fmt.Errorf("want %s or %s, got %q", WanTCP, WanRate, v)
+		}
+		o.Wan = v
+		return nil
+	},
+	"wan_rate": func(o *Options, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 100_000_000_000 {
+			return fmt.Errorf("want bit/s as an integer in 0..1e11, got %q", v)
+		}
+		o.WanRate = n
+		return nil
+	},
+	"wan_adapt":  func(o *Options, v string) error { return boolean(v, &o.WanAdapt) },
+	"wan_window": func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.WanWindow) },
 	"handshake": func(o *Options, v string) error {
 		if v != HandshakeLocal && v != HandshakeEndToEnd {
 			return fmt.Errorf("want %s or %s, got %q", HandshakeLocal, HandshakeEndToEnd, v)
@@ -195,6 +224,16 @@ func Parse(s string) (Options, error) {
 	// One netlink socket owns a queue: worker processes cannot share it.
 	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {
 		return o, fmt.Errorf("option handshake=%s needs workers=1 (one process owns the SYN queue)", HandshakeEndToEnd)
+	}
+	// One tunnel per PEP node: the WAN port's frames cannot be shared out
+	// among processes the way SO_REUSEPORT shares SYNs.
+	if o.Wan == WanRate && o.Workers != 1 {
+		return o, fmt.Errorf("option wan=rate needs workers=1 (one process owns the tunnel)")
+	}
+	// The tunnel opens its stream once the client is connected; holding
+	// the SYN for the far server's answer is not built for it.
+	if o.Wan == WanRate && o.Handshake == HandshakeEndToEnd {
+		return o, fmt.Errorf("option wan=rate works with handshake=%s only", HandshakeLocal)
 	}
 	return o, nil
 }

@@ -26,6 +26,7 @@ import (
 	"satbed/pep/stats"
 	"satbed/pep/tproxy"
 	"satbed/pep/tune"
+	"satbed/pep/wanrate"
 )
 
 // Files pepd keeps in its state directory.
@@ -53,6 +54,10 @@ type Config struct {
 	// ConnLogPath is the connection log (default StateDir/conns.jsonl);
 	// workers append to one file.
 	ConnLogPath string
+	// WanRate, when set (wan=rate), carries connections from the LAN port
+	// to the peer pepd over the rate-based leg on interface WanIf.
+	WanRate *wanrate.Config
+	WanIf   string
 }
 
 // side describes one listener: which PEP port its SYNs came from, and
@@ -101,6 +106,11 @@ type Server struct {
 	queue  *nfqueue.Conn
 	heldMu sync.Mutex
 	held   map[flowKey]*heldLeg
+
+	// wan=rate (wanrate.go): the tunnel and the connections it carries
+	// (under mu, ids shared with conns).
+	tunnel  *wanrate.Tunnel
+	streams map[uint64]*rateStream
 }
 
 type flowKey struct{ client, server netip.AddrPort }
@@ -166,6 +176,10 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 		sd.ln = ln
+	}
+	if err := s.startTunnel(); err != nil {
+		s.closeListeners()
+		return err
 	}
 	if s.cfg.Opts.ConnLog {
 		l, err := stats.OpenConnLog(s.cfg.ConnLogPath)
@@ -274,6 +288,7 @@ func (s *Server) drain() {
 		e.pair.Abort("shutdown", nil)
 	}
 	s.mu.Unlock()
+	s.stopTunnel()
 	for end := time.Now().Add(5 * time.Second); s.active.Load() > 0 && time.Now().Before(end); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -467,6 +482,9 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 	}
 	if err := tproxy.ApplyPost(c, sd.accepted); err != nil {
 		fail("connect_failed", fmt.Errorf("accepted socket options: %w", err))
+		return
+	}
+	if s.serveRate(c, sd, client, orig, start, rec) {
 		return
 	}
 	up := s.takeHeld(client, orig)
@@ -732,6 +750,9 @@ func (s *Server) Snapshot() stats.Snapshot {
 		l2w += x
 		w2l += y
 	}
+	x, y := s.rateBytesLocked()
+	l2w += x
+	w2l += y
 	s.mu.Unlock()
 	listening := true
 	var ports []int
@@ -774,6 +795,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
 		Workers:                s.cfg.Workers,
+		WanRate:                s.rateStats(),
 	}
 	if s.connLog != nil {
 		snap.ConnectionLogPath = s.cfg.ConnLogPath

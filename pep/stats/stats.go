@@ -51,6 +51,9 @@ type Snapshot struct {
 	Workers                int               `json:"workers"`               // processes sharing the listeners
 	WorkerPIDs             []int             `json:"worker_pids,omitempty"` // when Workers > 1
 	Error                  string            `json:"error,omitempty"`       // why a multi-worker pepd stopped on its own
+	// WanRate is the rate-based WAN leg's state and counters (wan=rate),
+	// a wanrate.Stats.
+	WanRate any `json:"wan_rate,omitempty"`
 }
 
 // Sum adds the counters of the workers' snapshots; listening is true if
