@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"satbed/pep/access"
 	"satbed/pep/options"
 	"satbed/pep/relay"
 	"satbed/pep/stats"
@@ -91,11 +92,13 @@ type Server struct {
 
 	connLog *stats.ConnLog
 	running atomic.Bool
+	access  accessState
 }
 
 type entry struct {
 	pair *relay.Pair
 	side *side
+	acc  *access.Conn // nil unless the access-node buffer or outage detection is on
 }
 
 // New validates the configuration and prepares a server.
@@ -129,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Run(ctx context.Context) error {
 	defer s.abortCancel()
 	defer s.pool.Close()
+	defer s.closeAccessFiles()
 	s.start = time.Now()
 	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -438,8 +442,10 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 		// Shutdown began while dialling: drain no longer aborts us.
 		e.pair.Abort("shutdown", nil)
 	}
+	stopAccess := s.attachAccess(id, e, c, up)
 
 	reason, rerr := e.pair.Run()
+	stopAccess()
 
 	s.mu.Lock()
 	delete(s.conns, id)
@@ -593,6 +599,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 	if s.connLog != nil {
 		snap.ConnectionLogPath = s.cfg.ConnLogPath
 	}
+	s.accessStats(&snap)
 	return snap
 }
 
