@@ -52,6 +52,10 @@ class SpoofingThroughput:
     sender_bps: float
     receiver_bps: float
     method: str
+    sender_end: float | None = None  # epoch seconds, reconstructed at the sender
+    receiver_end: float | None = None  # ... at the receiver
+    initiator: str | None = None  # "ip:port" that sent the SYN
+    complete: bool = True  # False: the capture ends before the last byte was acknowledged
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,7 +70,7 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
                         receiver: str) -> SpoofingThroughput | None:
     """Compute both views for data flowing sender -> receiver ("ip:port").
 
-    Returns None when the capture holds no data or no ACK covering it.
+    Returns None when the capture holds no data or no ACK for any of it.
     """
     s = _split(sender)
     r = _split(receiver)
@@ -83,30 +87,38 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
         return d - _MOD if d >= _MOD // 2 else d
 
     first = min(rel(p.seq) for p in data)
-    end = max(rel(p.seq) + p.payload for p in data)
-    last_ack: TcpPacket | None = None
-    for p in rev:
-        if p.has_ack and not p.syn and rel(p.ack) >= end:
-            last_ack = p
-            break
-    if last_ack is None:
+    sent_end = max(rel(p.seq) + p.payload for p in data)
+    acks = [p for p in rev if p.has_ack and not p.syn]
+    if not acks:
         return None
+    # A time-limited transfer is stopped before its last byte is acknowledged:
+    # measure what it delivered, up to the highest cumulative ACK.
+    end = min(sent_end, max(rel(p.ack) for p in acks))
+    if end <= first:
+        return None
+    last_ack = next(p for p in acks if rel(p.ack) >= end)
+    method_parts: list[str] = []
+    if end < sent_end:
+        method_parts.append(f"cut short: {sent_end - end} bytes sent but never acknowledged")
 
     rtt_s = rtt_r = 0.0
-    method_parts: list[str] = []
     syns = [p for p in packets if p.syn and not p.has_ack
             and {(p.src, p.sport), (p.dst, p.dport)} == {s, r}]
     start: float
+    initiator: tuple[str, int] | None = None
     if syns:
-        syn = syns[-1]
+        # The transfer starts with the first SYN: a retransmitted SYN is part
+        # of the time the application waited.
+        first_syn, syn = syns[0], syns[-1]
+        initiator = (syn.src, syn.sport)
         synack = next((p for p in packets if p.syn and p.has_ack and p.ts >= syn.ts
                        and (p.src, p.sport) == (syn.dst, syn.dport)
                        and (p.dst, p.dport) == (syn.src, syn.sport)), None)
-        initiator = (syn.src, syn.sport)
         if synack is not None:
             ack3 = next((p for p in packets if p.ts >= synack.ts and p.has_ack and not p.syn
                          and (p.src, p.sport) == initiator
                          and (p.dst, p.dport) == (syn.dst, syn.dport)), None)
+            # The last SYN is the one the SYN/ACK answers: the vantage's RTT to the responder.
             rtt_resp = synack.ts - syn.ts
             rtt_init = (ack3.ts - synack.ts) if ack3 is not None else 0.0
             if initiator == s:
@@ -114,12 +126,14 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
             else:
                 rtt_s, rtt_r = rtt_resp, rtt_init
             method_parts.append("handshake split")
+            if len(syns) > 1:
+                method_parts.append(f"{len(syns) - 1} SYN retransmission(s): start at the first SYN")
             if ack3 is None:
                 method_parts.append("no third ACK: initiator side counted as 0")
-            start = syn.ts - rtt_init / 2
+            start = first_syn.ts - rtt_init / 2
         else:
             method_parts.append("no SYN/ACK: vantage RTTs counted as 0")
-            start = syn.ts
+            start = first_syn.ts
     else:
         start = data[0].ts
         method_parts.append("no SYN: start at first data segment, vantage RTTs counted as 0")
@@ -140,6 +154,10 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
         sender_bps=8 * nbytes / sv if sv > 0 else 0.0,
         receiver_bps=8 * nbytes / rv if rv > 0 else 0.0,
         method="; ".join(method_parts),
+        sender_end=sender_end,
+        receiver_end=receiver_end,
+        initiator=f"{initiator[0]}:{initiator[1]}" if initiator else None,
+        complete=end >= sent_end,
     )
 
 

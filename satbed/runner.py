@@ -193,6 +193,13 @@ def plan(cfg: RunConfig, spec: topology.TopologySpec) -> Plan:
                 spec.emulators_on_path(a, b), profiles)
 
 
+def config_document(cfg: RunConfig, spec: topology.TopologySpec, the_plan: Plan) -> dict:
+    """config.json: the configuration as given, the topology as parsed and the
+    plan resolved from it (analysis reads the main flow's hosts from it)."""
+    return {**cfg.to_dict(), "format": RESULT_FORMAT, "topology_spec": spec.to_dict(),
+            "plan": the_plan.to_dict()}
+
+
 def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         backend: str = "mininet") -> tuple[str, dict]:
     """Run one experiment; returns (run directory, result). Raises SatbedError
@@ -211,12 +218,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     tb = Testbed(spec, backend=backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
-    run_dir = os.path.abspath(run_dir)
+    run_dir = paths.private_dir(os.path.abspath(run_dir))
     os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
     tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
-    write_json(os.path.join(run_dir, "config.json"), {**cfg.to_dict(), "format": RESULT_FORMAT,
-                                                      "topology_spec": spec.to_dict(),
-                                                      "plan": the_plan.to_dict()})
+    write_json(os.path.join(run_dir, "config.json"), config_document(cfg, spec, the_plan))
 
     result: dict = {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
                     "started": time.time(), "testbed_prefix": tb.prefix}
@@ -253,6 +258,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             env.setdefault("peps", {})[name] = peps.describe(placement.name)
             pep.start()
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
+        # start returned for each PEP; now prove they split (pep/CONTRACT.md).
+        proof = peps.prove_split(pep_list, ground, aircraft, the_plan.path_rtt_ms())
+        if proof:
+            result["split_proof"] = proof
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
         caps.start()
         router_ports = [i for r in tb.routers.values() for i in r.intfs.values()]

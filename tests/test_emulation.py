@@ -18,10 +18,19 @@ def test_study_defaults_split_the_rtt():
     assert cfg.rtt_ms == 600
 
 
-def test_per_follows_frame_size():
-    d = Direction(ber=1e-5)
-    assert d.per(64) == pytest.approx(1 - (1 - 1e-5) ** 512)
-    assert d.per(1514) == pytest.approx(0.1141, abs=1e-3)
+# Frame error rates computed once with 40-digit decimals, not by the formula
+# under test: a frame of n bytes survives only if all 8n bits do.
+@pytest.mark.parametrize("ber, frame_bytes, per", [
+    (1e-5, 64, 0.005106940610449956074029),
+    (1e-5, 1514, 0.1140728946242804997740047),
+    (1e-7, 64, 0.00005119869186223843701516),
+    (1e-7, 1514, 0.001210466853816546993765),
+    (1e-3, 64, 0.4008577145704783608782946),
+    (1e-3, 1514, 0.9999945399905659652331202),
+    (0, 1514, 0.0),
+])
+def test_per_follows_frame_size(ber, frame_bytes, per):
+    assert Direction(ber=ber).per(frame_bytes) == pytest.approx(per, rel=1e-9, abs=1e-15)
 
 
 @pytest.mark.parametrize("kwargs, message", [

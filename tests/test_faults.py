@@ -80,6 +80,8 @@ def test_a_pep_killed_mid_transfer_is_named_within_seconds(node, tmp_path):
     (res,) = glob.glob(os.path.join(str(tmp_path), "*", "result.json"))
     result = json.load(open(res))
     assert f"PEP pepd on {node} is down" in result["error"]
+    dead = result["pep"]["nodes"][node]
+    assert dead["running"] is False and "pepd not running" in dead["down"], dead
 
 
 def test_the_emulator_killed_mid_transfer_is_named(tmp_path):

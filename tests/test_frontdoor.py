@@ -2,7 +2,9 @@
 `make experiment` exactly as written, and every client of the shipped
 matrices runs with a relative --out from a working directory that is not the
 repository (a relative path once broke every scp and ftp cell: sshd changes
-to / and vsftpd took its anon_root as given)."""
+to / and vsftpd took its anon_root as given). Those runs use umask 000, the
+most permissive a user could have: run directories are still 0700 and the
+servers, which chroot before dropping root, still reach their files."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import glob
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import time
 
@@ -43,10 +46,11 @@ def user_env() -> dict[str, str]:
 def test_every_matrix_client_runs_with_a_relative_out_from_another_directory(client, tmp_path):
     cp = subprocess.run(["/usr/bin/python3", "-m", "satbed", "run", "--client", client, "--rtt", "0",
                          "--size", "1M", "--out", "runs"], cwd=tmp_path, capture_output=True, text=True,
-                        timeout=300, env={**user_env(), "PYTHONPATH": REPO})
+                        timeout=300, env={**user_env(), "PYTHONPATH": REPO}, umask=0)
     assert cp.returncode == 0, cp.stderr
     run_dir = cp.stdout.splitlines()[0]
     assert os.path.isabs(run_dir) and run_dir.startswith(str(tmp_path / "runs") + os.sep)
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
     summary = json.loads(cp.stdout.splitlines()[1])
     if client == "ping":
         assert summary["rtt_ms_avg"] > 0

@@ -156,3 +156,73 @@ def test_each_emulator_gets_its_own_tc_link():
     assert "rate 2000000bit ceil 3000000bit" in sat_cmds
     # Each node's own ports: a_to_b leaves by port b.
     assert stats["sat"]["tc_commands"][0].split()[4].endswith("sab")
+
+
+# Connect from h1 to h5:port, report milliseconds and the outcome; when it
+# connects, send a line and read the echo (data through the split).
+CONNECT = r"""
+import socket, sys, time
+s = socket.socket()
+t = time.monotonic()
+try:
+    s.connect(("10.0.5.2", int(sys.argv[1])))
+except ConnectionRefusedError:
+    print("refused", round((time.monotonic() - t) * 1000, 1)); sys.exit()
+ms = round((time.monotonic() - t) * 1000, 1)
+try:
+    s.sendall(b"through the spoofer\n")
+    print("connected", ms, s.makefile().readline().strip())
+except ConnectionResetError:
+    print("reset", ms)
+"""
+
+ECHO = r"""
+import socket
+ls = socket.create_server(("10.0.5.2", 5009))
+c, _ = ls.accept()
+c.sendall(c.makefile("rb").readline())
+"""
+
+
+@pytest.mark.parametrize("mode", ["local", "end-to-end"])
+def test_spoofer_handshake_modes(tmp_path, mode):
+    """Seed 000's spoofer keeps connection setup end to end: with
+    handshake=end-to-end the client's connect takes the whole path's RTT
+    (Internet 400 ms + satellite 100 ms here), not the satellite's alone,
+    data still goes through the split, and a refused port is refused to
+    the client after that same RTT with nothing split."""
+    from satbed.peps import Pep
+    inet = LinkConfig.symmetric(rate="100mbit", rtt_ms=400, backend="userspace")
+    sat = LinkConfig.symmetric(rate="100mbit", rtt_ms=100, backend="userspace")
+    with running(spec_with(), bridge_kinds=("pep",)) as tb:
+        emus = start_links(tb, {"inet": inet, "sat": sat})
+        h1, h5 = tb.host("h1"), tb.host("h5")
+        pep = Pep("pepd", tb.nodes["h2"], "a", sat, str(tmp_path), options=f"handshake={mode}")
+        server = h5.popen(["/usr/bin/python3", "-c", ECHO])
+        try:
+            ping(h1, h5)                       # neighbours resolved before timing
+            pep.start()
+            time.sleep(0.3)                    # the echo server listens
+            ok = h1.run(["/usr/bin/python3", "-c", CONNECT, "5009"], timeout=30).stdout.split()
+            refused = h1.run(["/usr/bin/python3", "-c", CONNECT, "5010"], timeout=30).stdout.split()
+            time.sleep(1.5)                    # pepd refreshes its stats each second
+            stats = pep.stats()
+        finally:
+            server.kill()
+            server.wait(timeout=10)
+            pep.stop()
+            for e in emus:
+                e.stop()
+    assert ok[0] == "connected" and " ".join(ok[2:]) == "through the spoofer", ok
+    connect_ms, refused_ms = float(ok[1]), float(refused[1])
+    assert stats["connections_split"] == 1, stats
+    if mode == "end-to-end":
+        assert refused[0] == "refused", refused
+        assert 480 <= connect_ms <= 800, connect_ms
+        assert 480 <= refused_ms <= 800, refused_ms
+        assert stats["connections_connect_failed"] == 1, stats
+    else:
+        # The spoofer answers across the satellite link alone; the refusal
+        # comes as a reset after the connection was accepted.
+        assert refused[0] == "reset", refused
+        assert 90 <= connect_ms <= 300, connect_ms

@@ -28,6 +28,10 @@ type Options struct {
 	KeepOutgoing bool
 	RcvBuf       int // SO_RCVBUFFORCE bytes, default 8 MiB
 	SndBuf       int // SO_SNDBUFFORCE bytes, default 8 MiB
+	// EtherType, when not 0, makes the socket receive only frames of that
+	// EtherType (a kernel filter): a PEP tunnelling its own frames over a
+	// bridge port must not wake up for every bridged frame.
+	EtherType uint16
 }
 
 // sendTimeout bounds a blocked send: frames leave a veth synchronously, so
@@ -114,6 +118,11 @@ func Open(name string, o Options) (*Socket, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
 		return fail("SO_TIMESTAMPNS", err)
 	}
+	if o.EtherType != 0 {
+		if err := attachEtherTypeFilter(fd, o.EtherType); err != nil {
+			return fail("EtherType filter", err)
+		}
+	}
 	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifi.Index}
 	if err := unix.Bind(fd, sll); err != nil {
 		return fail("bind", err)
@@ -136,6 +145,22 @@ func Open(name string, o Options) (*Socket, error) {
 	}
 	s.rc = rc
 	return s, nil
+}
+
+// attachEtherTypeFilter installs a classic BPF program passing only frames
+// of one EtherType. It goes on before bind, so no other frame is queued.
+// (Binding to the EtherType instead would see nothing on a bridge port:
+// the bridge consumes frames before protocol handlers run; ETH_P_ALL taps
+// run first.)
+func attachEtherTypeFilter(fd int, et uint16) error {
+	prog := []unix.SockFilter{
+		{Code: 0x28, K: 12},                       // ldh [12]
+		{Code: 0x15, Jt: 0, Jf: 1, K: uint32(et)}, // jeq #et
+		{Code: 0x06, K: 0x40000},                  // ret: whole frame
+		{Code: 0x06, K: 0},                        // ret: drop
+	}
+	fp := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fp)
 }
 
 // openSender creates the blocking sending socket. Bound with protocol 0 it

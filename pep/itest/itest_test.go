@@ -1147,3 +1147,106 @@ func TestBERDefaults(t *testing.T) {
 		}
 	}
 }
+
+// holdSYNs makes client B drop SYNs to port for d, so the first upstream
+// SYN goes unanswered and the server answers the retransmission (1 s on).
+func holdSYNs(t *testing.T, b *bed, port int, d time.Duration) {
+	t.Helper()
+	rule := fmt.Sprintf("add table ip hold; add chain ip hold in { type filter hook input priority 0; }; add rule ip hold in tcp dport %d tcp flags & (syn|ack) == syn drop", port)
+	if _, err := netns.Exec(b.chain.ClientB, "nft", rule); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(d, func() { netns.Exec(b.chain.ClientB, "nft", "delete table ip hold") })
+}
+
+// TestHandshakeModes: with handshake=end-to-end the client's connect
+// completes only when the server's does (here the server answers the
+// pepd's second SYN, 1 s after the first), while data still goes through
+// the split connection; the local handshake completes at once.
+func TestHandshakeModes(t *testing.T) {
+	needsBed(t)
+	for _, c := range []struct {
+		mode     string
+		min, max time.Duration
+	}{
+		{"local", 0, 500 * time.Millisecond},
+		{"end-to-end", 900 * time.Millisecond, 3 * time.Second},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			b := newBed(t, testOpts+" handshake="+c.mode, "pepd")
+			ln := b.listen(t, 5002)
+			go echoServer(ln)
+			holdSYNs(t, b, 5002, 300*time.Millisecond)
+			start := time.Now()
+			conn, err := b.dial(t, 5002)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took < c.min || took > c.max {
+				t.Fatalf("connect took %v, want %v..%v", took, c.min, c.max)
+			}
+			t.Logf("connect took %v", took)
+			ping(t, conn, "through the split")
+			waitStats(t, b.nodes[0], "one split connection carrying the echo", func(s snapshot) bool {
+				return s.ConnectionsSplit == 1 && s.BytesLanToWan > 0 && s.BytesWanToLan > 0
+			})
+			bulk(t, b, 4<<20) // SHA-256 checked, the client's own address seen by the server
+		})
+	}
+}
+
+// TestEndToEndRefused: a refused port through pepd in end-to-end mode is
+// refused to the client (a reset to its SYN, so connect fails) only when
+// the server's refusal came back, and no connection is split.
+func TestEndToEndRefused(t *testing.T) {
+	needsBed(t)
+	b := newBed(t, testOpts+" handshake=end-to-end", "pepd")
+	holdSYNs(t, b, 5999, 300*time.Millisecond)
+	start := time.Now()
+	_, err := b.dial(t, 5999)
+	took := time.Since(start)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("want connection refused at connect, got %v after %v", err, took)
+	}
+	if took < 900*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("refused after %v, want after the server's answer (~1 s)", took)
+	}
+	t.Logf("refused after %v", took)
+	// >= 1: the client's own SYN retransmission (also at 1 s) may cross
+	// the refusal and be refused again, as it would be end to end.
+	s := waitStats(t, b.nodes[0], "a failed upstream connect", func(s snapshot) bool { return s.ConnectFailed >= 1 })
+	if s.ConnectionsSplit != 0 || s.ConnectionsActive != 0 {
+		t.Fatalf("a refused connection was split: %+v", s)
+	}
+	log, err := os.ReadFile(filepath.Join(b.nodes[0].StateDir, "conns.jsonl"))
+	if err != nil || !strings.Contains(string(log), `"refused_upstream"`) {
+		t.Fatalf("connection log %q (%v) has no refused_upstream record", log, err)
+	}
+}
+
+// TestEndToEndStopLeavesNoRules: the queue rules go with the rest.
+func TestEndToEndStopLeavesNoRules(t *testing.T) {
+	needsBed(t)
+	chain, err := netns.New(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer chain.Close()
+	n := &netns.PEPNode{NS: chain.PEPs[0], Adapter: adapterPath("pepd"), StateDir: t.TempDir(), Role: "a", BinDir: binDir,
+		Opts: testOpts + " handshake=end-to-end"}
+	defer n.Kill()
+	before := ruleState(t, n.NS)
+	if _, stderr, err := n.Call("start"); err != nil {
+		t.Fatalf("start: %v: %s", err, stderr)
+	}
+	if during := ruleState(t, n.NS); !strings.Contains(during, "queue") || !strings.Contains(during, "reject with tcp reset") {
+		t.Fatalf("no SYN queue or reset rule:\n%s", during)
+	}
+	if _, stderr, err := n.Call("stop"); err != nil {
+		t.Fatalf("stop: %v: %s", err, stderr)
+	}
+	if after := ruleState(t, n.NS); after != before {
+		t.Fatalf("rules left after stop:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}

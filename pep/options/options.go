@@ -18,6 +18,17 @@ const (
 	OverflowRefuse      = "refuse"
 )
 
+// Handshake modes: when the client's connection is completed.
+const (
+	// HandshakeLocal answers the client's SYN at once (the PEP's own
+	// SYN-ACK), before the server has been reached.
+	HandshakeLocal = "local"
+	// HandshakeEndToEnd holds the client's SYN (NFQUEUE) until the
+	// upstream connect succeeded: setup takes the end-to-end time and a
+	// refused connection is refused end to end; data is still split.
+	HandshakeEndToEnd = "end-to-end"
+)
+
 // Options is the complete pepd configuration that can be set from the
 // option string. Zero values of the optional knobs mean "leave the kernel
 // default alone".
@@ -52,7 +63,18 @@ type Options struct {
 	StallTimeout  time.Duration // zero ACK progress this long = outage (0 = 2 x smoothed RTT, at least 200 ms)
 	WanRTOMax     time.Duration // TCP_RTO_MAX_MS on WAN sockets (0 = kernel default, 120 s); Linux >= 6.15
 	TraceInterval time.Duration // buffer occupancy trace (buffer.jsonl) period (0 = off)
+	Handshake     string        // HandshakeLocal or HandshakeEndToEnd
+	Wan           string        // WAN leg between two pepds: WanTCP (congestion-controlled, the default) or WanRate (package wanrate)
+	WanRate       int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
+	WanAdapt      bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
+	WanWindow     int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
 }
+
+// WAN leg kinds.
+const (
+	WanTCP  = "tcp"
+	WanRate = "rate"
+)
 
 // MaxWorkers bounds the workers option: beyond a few dozen processes the
 // per-process baseline memory outweighs any descriptor limit reason.
@@ -74,6 +96,9 @@ func Defaults() Options {
 		StatsInterval:    time.Second,
 		ConnLog:          true,
 		Workers:          1,
+		Handshake:        HandshakeLocal,
+		Wan:              WanTCP,
+		WanAdapt:         true,
 	}
 }
 
@@ -167,6 +192,30 @@ var keys = map[string]setter{
 		}
 		return nil
 	},
+	"wan": func(o *Options, v string) error {
+		if v != WanTCP && v != WanRate {
+			return fmt.Errorf("want %s or %s, got %q", WanTCP, WanRate, v)
+		}
+		o.Wan = v
+		return nil
+	},
+	"wan_rate": func(o *Options, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 100_000_000_000 {
+			return fmt.Errorf("want bit/s as an integer in 0..1e11, got %q", v)
+		}
+		o.WanRate = n
+		return nil
+	},
+	"wan_adapt":  func(o *Options, v string) error { return boolean(v, &o.WanAdapt) },
+	"wan_window": func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.WanWindow) },
+	"handshake": func(o *Options, v string) error {
+		if v != HandshakeLocal && v != HandshakeEndToEnd {
+			return fmt.Errorf("want %s or %s, got %q", HandshakeLocal, HandshakeEndToEnd, v)
+		}
+		o.Handshake = v
+		return nil
+	},
 	"workers": func(o *Options, v string) error {
 		if v == "auto" {
 			o.Workers = 0
@@ -214,6 +263,25 @@ func Parse(s string) (Options, error) {
 	if o.AckReserve > 0 && o.BufferPackets == 0 {
 		return o, fmt.Errorf("option ack_reserve: needs buffer_packets (K is a fraction of the buffer of B packets)")
 	}
+	// The access-node buffer steers a TCP LAN socket relayed to a TCP WAN
+	// socket; the rate-based leg keeps its own window (wan_window).
+	if (o.BufferPackets > 0 || o.OutageDetect) && o.Wan == WanRate {
+		return o, fmt.Errorf("option buffer_packets/outage_detect: with wan=%s only (wan=rate bounds what it holds with wan_window)", WanTCP)
+	}
+	// One netlink socket owns a queue: worker processes cannot share it.
+	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {
+		return o, fmt.Errorf("option handshake=%s needs workers=1 (one process owns the SYN queue)", HandshakeEndToEnd)
+	}
+	// One tunnel per PEP node: the WAN port's frames cannot be shared out
+	// among processes the way SO_REUSEPORT shares SYNs.
+	if o.Wan == WanRate && o.Workers != 1 {
+		return o, fmt.Errorf("option wan=rate needs workers=1 (one process owns the tunnel)")
+	}
+	// The tunnel opens its stream once the client is connected; holding
+	// the SYN for the far server's answer is not built for it.
+	if o.Wan == WanRate && o.Handshake == HandshakeEndToEnd {
+		return o, fmt.Errorf("option wan=rate works with handshake=%s only", HandshakeLocal)
+	}
 	return o, nil
 }
 
@@ -247,6 +315,7 @@ func (o Options) Map() map[string]string {
 		"stall_timeout":      o.StallTimeout.String(),
 		"wan_rto_max":        o.WanRTOMax.String(),
 		"trace_interval":     o.TraceInterval.String(),
+		"handshake":          o.Handshake,
 	}
 }
 

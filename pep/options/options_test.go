@@ -25,6 +25,19 @@ func TestParse(t *testing.T) {
 		{in: "workers=0", wantErr: "option workers: want auto or an integer in 1..64"},
 		{in: "workers=65", wantErr: "option workers"},
 		{in: "workers=many", wantErr: "option workers"},
+		{in: "handshake=end-to-end", check: func(o Options) bool { return o.Handshake == HandshakeEndToEnd }},
+		{in: "", check: func(o Options) bool { return o.Handshake == HandshakeLocal }},
+		{in: "handshake=e2e", wantErr: "option handshake: want local or end-to-end"},
+		{in: "handshake=end-to-end workers=2", wantErr: "needs workers=1"},
+		{in: "handshake=end-to-end workers=auto", wantErr: "needs workers=1"},
+		{in: "", check: func(o Options) bool { return o.Wan == WanTCP && o.WanAdapt }},
+		{in: "wan=rate wan_rate=8000000 wan_adapt=0 wan_window=4000000", check: func(o Options) bool {
+			return o.Wan == WanRate && o.WanRate == 8000000 && !o.WanAdapt && o.WanWindow == 4000000
+		}},
+		{in: "wan=udp", wantErr: "option wan: want tcp or rate"},
+		{in: "wan_rate=-1", wantErr: "option wan_rate"},
+		{in: "wan=rate workers=2", wantErr: "wan=rate needs workers=1"},
+		{in: "wan=rate handshake=end-to-end", wantErr: "wan=rate works with handshake=local only"},
 		{in: "bogus=1", wantErr: `unknown option "bogus"`},
 		{in: "cc", wantErr: "want key=value"},
 		{in: "=x", wantErr: "want key=value"},
@@ -49,6 +62,7 @@ func TestParse(t *testing.T) {
 		{in: "wan_rto_max=500ms", wantErr: "option wan_rto_max: want 0 or 1s..120s"},
 		{in: "wan_rto_max=200", wantErr: "option wan_rto_max"},
 		{in: "trace_interval=1ms", wantErr: "option trace_interval"},
+		{in: "buffer_packets=100 wan=rate", wantErr: "option buffer_packets/outage_detect: with wan=tcp only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -57,6 +57,17 @@ func newRigPipe(t *testing.T, size int) *rig {
 	return r
 }
 
+// eventually waits up to 5 s for cond, checking every 5 ms: tests wait for
+// the event, not for a guessed delay.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+	}
+}
+
 func (r *rig) reason(t *testing.T) string {
 	t.Helper()
 	select {
@@ -170,15 +181,9 @@ func TestHalfClose(t *testing.T) {
 	if err != nil || string(req) != "request" {
 		t.Fatalf("server read %q, %v", req, err)
 	}
-	if _, ok := r.pair.HalfClosed(); !ok {
-		// The relay marks half-close right after forwarding the FIN;
-		// give it a moment since the server saw EOF first.
-		time.Sleep(50 * time.Millisecond)
-		if _, ok := r.pair.HalfClosed(); !ok {
-			t.Fatal("pair not marked half-closed")
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
+	// The relay marks half-close right after forwarding the FIN, which
+	// the server may see first.
+	eventually(t, "pair marked half-closed", func() bool { _, ok := r.pair.HalfClosed(); return ok })
 	if _, err := r.server.Write([]byte("reply after half-close")); err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +207,12 @@ func expectReset(t *testing.T, c *net.TCPConn) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	_, err := io.Copy(io.Discard, c)
-	if err == nil {
-		// A clean EOF first is fine only if the reset follows; a write
-		// then fails.
-		time.Sleep(100 * time.Millisecond)
-		_, err = c.Write([]byte("x"))
+	// A clean EOF first is fine only if the reset follows: a write then
+	// fails once the peer's RST has arrived.
+	for end := time.Now().Add(3 * time.Second); err == nil && time.Now().Before(end); {
+		if _, err = c.Write([]byte("x")); err == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("want reset, got %v", err)
@@ -236,7 +242,7 @@ func TestResetPropagation(t *testing.T) {
 		{"client resets after its FIN", func(t *testing.T, r *rig) {
 			r.client.CloseWrite()
 			io.ReadAll(r.server)
-			time.Sleep(50 * time.Millisecond)
+			eventually(t, "pair marked half-closed", func() bool { _, ok := r.pair.HalfClosed(); return ok })
 			abort(r.client)
 			expectReset(t, r.server)
 		}, ReasonResetA},
@@ -249,7 +255,7 @@ func TestResetPropagation(t *testing.T) {
 					}
 				}
 			}()
-			time.Sleep(100 * time.Millisecond)
+			eventually(t, "data relayed", func() bool { aToB, _ := r.pair.Bytes(); return aToB > 0 })
 			abort(r.server)
 			expectReset(t, r.client)
 		}, ReasonResetB},
@@ -324,6 +330,7 @@ func TestBackpressure(t *testing.T) {
 		t.Fatalf("client wrote %d bytes with a stalled server; want < %d", written, bound)
 	}
 	moved, _ := r.pair.Bytes()
+	// An absence of progress can only be watched for a while.
 	time.Sleep(200 * time.Millisecond)
 	if again, _ := r.pair.Bytes(); again != moved {
 		t.Fatalf("relay kept moving data into a full socket: %d -> %d", moved, again)
@@ -369,15 +376,7 @@ func TestIdlePairHoldsNoPipe(t *testing.T) {
 		r.server.Write(buf)
 		io.ReadFull(r.client, buf)
 	}
-	var held int
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if held = r.pair.pool.InUse(); held == 0 {
-			break
-		}
-	}
-	if held != 0 {
-		t.Fatalf("idle pair holds %d pipes, want 0", held)
-	}
+	eventually(t, "idle pair returns its pipes", func() bool { return r.pair.pool.InUse() == 0 })
 	r.client.Close()
 	r.server.Close()
 	r.reason(t)

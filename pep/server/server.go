@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,11 +21,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"satbed/pep/access"
+	"satbed/pep/nfqueue"
 	"satbed/pep/options"
 	"satbed/pep/relay"
 	"satbed/pep/stats"
 	"satbed/pep/tproxy"
 	"satbed/pep/tune"
+	"satbed/pep/wanrate"
 )
 
 // Files pepd keeps in its state directory.
@@ -52,6 +55,10 @@ type Config struct {
 	// ConnLogPath is the connection log (default StateDir/conns.jsonl);
 	// workers append to one file.
 	ConnLogPath string
+	// WanRate, when set (wan=rate), carries connections from the LAN port
+	// to the peer pepd over the rate-based leg on interface WanIf.
+	WanRate *wanrate.Config
+	WanIf   string
 }
 
 // side describes one listener: which PEP port its SYNs came from, and
@@ -93,7 +100,36 @@ type Server struct {
 	connLog *stats.ConnLog
 	running atomic.Bool
 	access  accessState
+
+	// End-to-end handshake mode (handshake=end-to-end): the client's SYN
+	// waits in queue until the upstream connect has an answer; held maps
+	// (client, server) to the upstream leg being dialled or ready for the
+	// listener to pair with the client's connection.
+	queue  *nfqueue.Conn
+	heldMu sync.Mutex
+	held   map[flowKey]*heldLeg
+
+	// wan=rate (wanrate.go): the tunnel and the connections it carries
+	// (under mu, ids shared with conns).
+	tunnel  *wanrate.Tunnel
+	streams map[uint64]*rateStream
 }
+
+type flowKey struct{ client, server netip.AddrPort }
+
+type heldLeg struct {
+	up    *net.TCPConn // nil while dialling
+	ready time.Time    // when up was connected (and the client's SYN let through)
+}
+
+// RefuseMark is the packet mark a held SYN leaves the queue with when the
+// server refused the upstream connect: the interception rules then route
+// it instead of diverting it, and the forward chain answers it with a
+// TCP reset in the server's name (pep/adapters/lib/intercept.sh).
+const RefuseMark = 8
+
+// Marks the bridge rules give TCP from each PEP port (intercept.sh).
+const wanPortMark = 4
 
 type entry struct {
 	pair *relay.Pair
@@ -145,6 +181,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		sd.ln = ln
 	}
+	if err := s.startTunnel(); err != nil {
+		s.closeListeners()
+		return err
+	}
 	if s.cfg.Opts.ConnLog {
 		l, err := stats.OpenConnLog(s.cfg.ConnLogPath)
 		if err != nil {
@@ -153,6 +193,37 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.connLog = l
 		defer l.Close()
+	}
+	var qwg sync.WaitGroup
+	if s.cfg.Opts.Handshake == options.HandshakeEndToEnd {
+		// The queue number is the LAN listener's port: unique per pepd in
+		// a namespace, and what the adapter's rule uses.
+		q, err := nfqueue.Open(uint16(s.cfg.Opts.Port))
+		if err != nil {
+			s.closeListeners()
+			return err
+		}
+		s.queue = q
+		s.held = make(map[flowKey]*heldLeg)
+		qwg.Add(1)
+		go func() {
+			defer qwg.Done()
+			s.queueLoop(ctx)
+		}()
+		defer func() {
+			q.Shutdown()
+			qwg.Wait()
+			q.Close()
+			s.heldMu.Lock()
+			for k, h := range s.held {
+				if h.up != nil {
+					h.up.SetLinger(0)
+					h.up.Close()
+				}
+				delete(s.held, k)
+			}
+			s.heldMu.Unlock()
+		}()
 	}
 	s.running.Store(true)
 	if err := s.writeStats(); err != nil {
@@ -221,6 +292,7 @@ func (s *Server) drain() {
 		e.pair.Abort("shutdown", nil)
 	}
 	s.mu.Unlock()
+	s.stopTunnel()
 	for end := time.Now().Add(5 * time.Second); s.active.Load() > 0 && time.Now().Before(end); {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -416,12 +488,21 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 		fail("connect_failed", fmt.Errorf("accepted socket options: %w", err))
 		return
 	}
-	dctx, cancel := context.WithTimeout(s.abortCtx, s.cfg.Opts.ConnectTimeout)
-	up, err := tproxy.Dial(dctx, client, orig, sd.upstream)
-	cancel()
-	if err != nil {
-		fail("connect_failed", err)
+	if s.serveRate(c, sd, client, orig, start, rec) {
 		return
+	}
+	up := s.takeHeld(client, orig)
+	if up == nil {
+		// Local handshake (or a SYN that bypassed the queue): the
+		// client is connected already; now reach the server.
+		dctx, cancel := context.WithTimeout(s.abortCtx, s.cfg.Opts.ConnectTimeout)
+		var err error
+		up, err = tproxy.Dial(dctx, client, orig, sd.upstream)
+		cancel()
+		if err != nil {
+			fail("connect_failed", err)
+			return
+		}
 	}
 	if err := tproxy.ApplyPost(up, sd.upstream); err != nil {
 		up.SetLinger(0)
@@ -474,6 +555,127 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 	s.record(rec)
 }
 
+// queueLoop takes the SYNs the interception rules queue (handshake
+// end-to-end) and starts an upstream connect for each new flow.
+func (s *Server) queueLoop(ctx context.Context) {
+	for {
+		p, err := s.queue.Receive()
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				s.cfg.Log.Printf("SYN queue: %v", err)
+			}
+			return
+		}
+		seg, err := nfqueue.ParseTCP(p.Payload)
+		if err != nil || !seg.SYN || seg.ACK || ctx.Err() != nil {
+			// Not a client's SYN (the rule queues nothing else), or pepd
+			// is draining: its listeners are closed, so the SYN passes
+			// unsplit, as in the local mode.
+			s.verdict(p.ID, nfqueue.Accept, false, 0)
+			continue
+		}
+		sd := s.sides[0]
+		if p.Mark&wanPortMark != 0 {
+			sd = s.sides[1]
+		}
+		k := flowKey{seg.Src, seg.Dst}
+		s.heldMu.Lock()
+		h, dup := s.held[k]
+		if !dup {
+			s.held[k] = &heldLeg{}
+		}
+		s.heldMu.Unlock()
+		if dup {
+			if h.up == nil {
+				// The client's retransmitted SYN while the server has not
+				// answered yet: the first one is still held.
+				s.verdict(p.ID, nfqueue.Drop, false, 0)
+			} else {
+				s.verdict(p.ID, nfqueue.Accept, false, 0)
+			}
+			continue
+		}
+		go s.connectHeld(p, k, sd)
+	}
+}
+
+func (s *Server) verdict(id, v uint32, setMark bool, mark uint32) {
+	if err := s.queue.Verdict(id, v, setMark, mark); err != nil {
+		s.cfg.Log.Printf("SYN queue verdict: %v", err)
+	}
+}
+
+// connectHeld dials the server for a held SYN. Connected: the SYN goes on
+// to the listener, whose serve pairs it with this leg. Refused: the SYN
+// leaves marked for a reset, so the client is refused by the server's
+// answer one end-to-end RTT after its SYN, and nothing is split. No
+// answer: the SYN is dropped, as the path would have lost it.
+func (s *Server) connectHeld(p nfqueue.Packet, k flowKey, sd *side) {
+	start := time.Now()
+	client, server := net.TCPAddrFromAddrPort(k.client), net.TCPAddrFromAddrPort(k.server)
+	dctx, cancel := context.WithTimeout(s.abortCtx, s.cfg.Opts.ConnectTimeout)
+	up, err := tproxy.Dial(dctx, client, server, sd.upstream)
+	cancel()
+	if err == nil {
+		s.heldMu.Lock()
+		s.held[k].up, s.held[k].ready = up, time.Now()
+		s.heldMu.Unlock()
+		s.verdict(p.ID, nfqueue.Accept, false, 0)
+		return
+	}
+	s.heldMu.Lock()
+	delete(s.held, k)
+	s.heldMu.Unlock()
+	s.failed.Add(1)
+	rec := stats.Record{Side: sd.name, Client: client.String(), Server: server.String(),
+		Start: start.UTC().Format(time.RFC3339Nano), Error: err.Error(), DurationS: time.Since(start).Seconds()}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		rec.Result = "refused_upstream"
+		s.verdict(p.ID, nfqueue.Accept, true, p.Mark|RefuseMark)
+	} else {
+		rec.Result = "connect_failed"
+		s.verdict(p.ID, nfqueue.Drop, false, 0)
+	}
+	s.record(rec)
+}
+
+// takeHeld returns the upstream leg connected for this client's held SYN,
+// or nil.
+func (s *Server) takeHeld(client, orig *net.TCPAddr) *net.TCPConn {
+	if s.queue == nil {
+		return nil
+	}
+	k := flowKey{client.AddrPort(), orig.AddrPort()}
+	k.client = netip.AddrPortFrom(k.client.Addr().Unmap(), k.client.Port())
+	k.server = netip.AddrPortFrom(k.server.Addr().Unmap(), k.server.Port())
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	h := s.held[k]
+	if h == nil || h.up == nil {
+		return nil
+	}
+	delete(s.held, k)
+	return h.up
+}
+
+// expireHeld closes upstream legs whose client connection never reached
+// the listener (its SYN was let through but lost, e.g. the listener was
+// full), so they do not hold the server's connection open.
+func (s *Server) expireHeld(now time.Time) {
+	if s.queue == nil {
+		return
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	for k, h := range s.held {
+		if h.up != nil && now.Sub(h.ready) > s.cfg.Opts.ConnectTimeout {
+			h.up.SetLinger(0)
+			h.up.Close()
+			delete(s.held, k)
+		}
+	}
+}
+
 // directional maps client->upstream / upstream->client byte counts to
 // LAN->WAN / WAN->LAN for the side the SYN came from.
 func directional(sd *side, a2b, b2a int64) (lanToWan, wanToLan int64) {
@@ -503,6 +705,7 @@ func (s *Server) housekeeping(ctx context.Context) {
 		case <-t.C:
 		}
 		s.enforceTimeouts(time.Now())
+		s.expireHeld(time.Now())
 		if s.connLog != nil {
 			if err := s.connLog.Flush(); err != nil {
 				s.logErrors.Add(1)
@@ -553,6 +756,9 @@ func (s *Server) Snapshot() stats.Snapshot {
 		l2w += x
 		w2l += y
 	}
+	x, y := s.rateBytesLocked()
+	l2w += x
+	w2l += y
 	s.mu.Unlock()
 	listening := true
 	var ports []int
@@ -595,6 +801,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 		ConnectionLogDropped:   s.logErrors.Load(),
 		ConnectionsOverCeiling: s.overs.Load(),
 		Workers:                s.cfg.Workers,
+		WanRate:                s.rateStats(),
 	}
 	if s.connLog != nil {
 		snap.ConnectionLogPath = s.cfg.ConnLogPath

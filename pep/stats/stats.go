@@ -65,6 +65,9 @@ type Snapshot struct {
 	LastDetectLatencyS   float64 `json:"last_detect_latency_s"`   // last ACK progress -> detection, latest outage
 	LastStallS           float64 `json:"last_stall_s"`            // last ACK progress -> first progress after, latest recovered outage
 	AccessFileErrors     int64   `json:"access_file_errors"`      // outages.jsonl / buffer.jsonl writes that failed
+	// WanRate is the rate-based WAN leg's state and counters (wan=rate),
+	// a wanrate.Stats.
+	WanRate any `json:"wan_rate,omitempty"`
 }
 
 // Sum adds the counters of the workers' snapshots; listening is true if

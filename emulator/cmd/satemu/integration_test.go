@@ -184,6 +184,31 @@ var pingTime = regexp.MustCompile(`icmp_seq=(\d+) ttl=\d+ time=([0-9.]+) ms`)
 // pingRTTs pings the receiver from the sender and returns the RTTs in ms of
 // every echo but the first, whose RTT includes ARP resolution through the
 // emulator.
+// awaitAccounted waits until every one of sent datagrams is either in the
+// sink or counted as dropped by the emulator's a_to_b direction: the test
+// then reads final figures, whatever the link's delay and the machine's load.
+func (e *env) awaitAccounted(t *testing.T, sink *netns.Sink, sent int) {
+	t.Helper()
+	end := time.Now().Add(5 * time.Second)
+	for {
+		st, err := e.emu.DirStats("a_to_b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped := 0
+		for _, n := range st["drops"].(map[string]any) {
+			dropped += int(n.(float64))
+		}
+		if sink.Count()+dropped >= sent {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after 5s: %d received + %d dropped of %d sent", sink.Count(), dropped, sent)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func (e *env) pingRTTs(t *testing.T, count int) []float64 {
 	t.Helper()
 	out, err := netns.Command(e.chain.Sender, "ping", "-n", "-c", strconv.Itoa(count), "-i", "0.2", "-W", "3", netns.ReceiverIP).CombinedOutput()
@@ -251,10 +276,11 @@ func TestUDPRate(t *testing.T) {
 	var sink netns.Sink
 	go sink.RunSink(rcv)
 	start := time.Now()
-	if _, err := netns.Blast(context.Background(), snd, dst, 1458, 12e6, 4*time.Second); err != nil {
+	sent, err := netns.Blast(context.Background(), snd, dst, 1458, 12e6, 4*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	e.awaitAccounted(t, &sink, sent)
 	got := sink.WireRate(start.Add(time.Second), start.Add(4*time.Second))
 	t.Logf("wire rate %.0f bit/s (configured 8000000)", got)
 	if math.Abs(got-8e6)/8e6 > 0.02 {
@@ -282,7 +308,7 @@ func TestOutageDropsWhileDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.awaitAccounted(t, &sink, sent)
 	st, err := e.emu.DirStats("a_to_b")
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +350,7 @@ func TestBERLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.awaitAccounted(t, &sink, sent)
 	st, err := e.emu.DirStats("a_to_b")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,14 @@
 #   INTERCEPT_RTABLE  routing table for the local route [100]
 #   INTERCEPT_SAVE    file to remember sysctl values and routes we changed
 #                     [$SATBED_STATE_DIR/intercept.saved]
+#   INTERCEPT_QUEUE   NFQUEUE number for the end-to-end handshake [empty: off].
+#                     Intercepted SYNs are queued (iptables raw PREROUTING,
+#                     before the TPROXY rule) for the proxy to release once
+#                     its upstream connect succeeded; a SYN released with
+#                     mark bit 8 (upstream refused) is routed instead of
+#                     diverted and answered with a TCP reset by the forward
+#                     chain. Needs iptables (this kernel has xt_NFQUEUE but
+#                     not nft's queue expression).
 #
 # intercept_setup BRIDGE LAN WAN LAN_PORT [WAN_PORT]
 #   SYNs arriving on LAN go to TPROXY port LAN_PORT (mark 2); SYNs arriving
@@ -97,6 +105,12 @@ intercept_setup() {
 	_icpt_sysctl /proc/sys/net/ipv4/conf/all/send_redirects 0
 	_icpt_sysctl "/proc/sys/net/ipv4/conf/$br/send_redirects" 0
 
+	refuse_rule="" forward_chain=""
+	if [ -n "${INTERCEPT_QUEUE:-}" ]; then
+		command -v iptables >/dev/null 2>&1 || { _icpt_err "intercept: handshake=end-to-end needs iptables (NFQUEUE), not found in PATH"; return 1; }
+		refuse_rule="meta mark & 8 == 8 accept"
+		forward_chain="chain forward { type filter hook forward priority 0; policy accept; meta mark & 8 == 8 reject with tcp reset; }"
+	fi
 	if [ -n "$wport" ]; then
 		wan_rule="iifname \"$wan\" ip protocol tcp meta mark set 4 meta pkttype set host ether daddr set $mac"
 		wan_tproxy="meta mark & 4 == 4 tcp flags & (syn|ack) == syn tproxy to :$wport meta mark set meta mark | 1 accept"
@@ -115,11 +129,13 @@ table bridge $INTERCEPT_TABLE {
 table ip $INTERCEPT_TABLE {
 	chain prerouting {
 		type filter hook prerouting priority -150; policy accept;
+		$refuse_rule
 		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 accept
 		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 accept
 		$wan_tproxy
 		meta l4proto tcp ip ttl vmap { $(_icpt_ttl_vmap) }
 	}
+	$forward_chain
 $(_icpt_ttl_chains)
 }
 EOF
@@ -129,6 +145,17 @@ EOF
 		return 1
 	fi
 
+	if [ -n "${INTERCEPT_QUEUE:-}" ]; then
+		for m in 2 4; do
+			[ "$m" = 4 ] && [ -z "$wport" ] && continue
+			if ! out=$(iptables -w -t raw -A PREROUTING $(_icpt_queue_rule "$m") 2>&1); then
+				_icpt_err "intercept: iptables rejected the SYN queue rule: $out"
+				intercept_teardown "$br"
+				return 1
+			fi
+		done
+		echo "queue $INTERCEPT_QUEUE" >>"$INTERCEPT_SAVE"
+	fi
 	if ! ip rule show | grep -q "fwmark 0x1/0x1 lookup $INTERCEPT_RTABLE"; then
 		ip rule add fwmark 1/1 lookup "$INTERCEPT_RTABLE" || { _icpt_err "intercept: ip rule add fwmark 1/1 lookup $INTERCEPT_RTABLE failed"; intercept_teardown "$br"; return 1; }
 	fi
@@ -144,6 +171,15 @@ EOF
 	return 0
 }
 
+# _icpt_queue_rule MARK [QUEUE]: the iptables match and target queueing the
+# SYNs from the port marked MARK. --queue-bypass: with nobody bound to the
+# queue (the proxy died) SYNs go on to TPROXY, find no listener and pass
+# unsplit, as they do in the local handshake mode; the proxy binds the
+# queue before these rules exist, so no SYN bypasses a running proxy.
+_icpt_queue_rule() {
+	echo "-p tcp --tcp-flags SYN,ACK SYN -m mark --mark $1/$1 -j NFQUEUE --queue-num ${2:-$INTERCEPT_QUEUE} --queue-bypass"
+}
+
 intercept_teardown() {
 	br=$1
 	nft delete table bridge "$INTERCEPT_TABLE" 2>/dev/null
@@ -152,6 +188,17 @@ intercept_teardown() {
 	ip route del local 0.0.0.0/0 dev lo table "$INTERCEPT_RTABLE" 2>/dev/null
 	ip route del default dev "$br" metric "$INTERCEPT_METRIC" 2>/dev/null
 	if [ -f "$INTERCEPT_SAVE" ]; then
+		q=$(sed -n 's/^queue //p' "$INTERCEPT_SAVE" | head -n 1)
+		if [ -n "$q" ]; then
+			for m in 2 4; do
+				while iptables -w -t raw -D PREROUTING $(_icpt_queue_rule "$m" "$q") 2>/dev/null; do :; done
+			done
+			# iptables-nft leaves its (now empty) raw table behind; the
+			# namespace is the PEP's own, so an empty one was ours.
+			if ! iptables -w -t raw -S 2>/dev/null | grep -q '^-A'; then
+				nft delete table ip raw 2>/dev/null
+			fi
+		fi
 		while read -r kind path val; do
 			[ "$kind" = sysctl ] && [ -w "$path" ] && echo "$val" >"$path"
 		done <"$INTERCEPT_SAVE"

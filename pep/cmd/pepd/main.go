@@ -20,11 +20,13 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"satbed/pep/access"
 	"satbed/pep/options"
 	"satbed/pep/server"
 	"satbed/pep/tune"
+	"satbed/pep/wanrate"
 )
 
 type config struct {
@@ -41,6 +43,7 @@ type config struct {
 	// this process as worker number worker of workers.
 	worker, workers int
 	connLog         string // connection log path ("" = in stateDir)
+	wanIf           string // the PEP's WAN port (wan=rate sends its frames there)
 }
 
 func envOr(k, def string) string {
@@ -66,6 +69,7 @@ func parseArgs(args []string) (config, error) {
 	fs.StringVar(&c.ccFile, "cc-file", tune.CCProcFile, "where the kernel lists available congestion controls")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", os.Getenv("PEPD_CPUPROFILE"), "write a CPU profile to this file (or pepd-PID.prof in this directory) until exit")
 	workerSpec := fs.String("worker", "", "internal: run as worker I/N of a supervising pepd")
+	fs.StringVar(&c.wanIf, "wan-if", os.Getenv("SATBED_PEP_WAN"), "the PEP's WAN port (wan=rate)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, fmt.Errorf("usage: pepd [-opts 'k=v ...'] [-rate-bps N] [-rtt-ms N] [-state-dir DIR] [-role a|b] [-check]; options: %s",
@@ -88,6 +92,9 @@ func parseArgs(args []string) (config, error) {
 	}
 	if c.opts, err = options.Parse(*optStr); err != nil {
 		return c, err
+	}
+	if c.opts.Wan == options.WanRate && c.wanIf == "" {
+		return c, fmt.Errorf("wan=rate: no WAN port named (SATBED_PEP_WAN or -wan-if)")
 	}
 	if *workerSpec != "" {
 		if c.worker, c.workers, err = parseWorker(*workerSpec); err != nil {
@@ -131,6 +138,21 @@ func legs(c config) (wan, lan tune.Leg) {
 	return wan, lan
 }
 
+// rateConfig is the rate-based WAN leg's configuration (nil with wan=tcp).
+// The link's rate and RTT are hints: the tunnel measures the round trip
+// and, with wan_adapt, follows the rate.
+func rateConfig(c config) *wanrate.Config {
+	if c.opts.Wan != options.WanRate {
+		return nil
+	}
+	rate := c.opts.WanRate
+	if rate == 0 {
+		rate = c.rateBps
+	}
+	return &wanrate.Config{RateBPS: rate, RTT: time.Duration(c.rttMs * float64(time.Millisecond)),
+		Window: c.opts.WanWindow, Adapt: c.opts.WanAdapt}
+}
+
 func main() {
 	c, err := parseArgs(os.Args[1:])
 	if err != nil {
@@ -144,8 +166,8 @@ func main() {
 		n = workerCount(c.opts.Workers, c.opts.MaxConns, limit)
 	}
 	if c.check {
-		fmt.Printf("ok ports=%d,%d wan_buf=%d lan_buf=%d cc=%q lan_cc=%q workers=%d\n",
-			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC, n)
+		fmt.Printf("ok ports=%d,%d wan_buf=%d lan_buf=%d cc=%q lan_cc=%q workers=%d wan=%s\n",
+			c.opts.Port, c.opts.Port+1, wan.Buf, lan.Buf, wan.CC, lan.CC, n, c.opts.Wan)
 		return
 	}
 	prefix := "pepd: "
@@ -175,6 +197,7 @@ func serve(c config, wan, lan tune.Leg, limit uint64, logger *log.Logger, prefix
 	srv, err := server.New(server.Config{
 		Name: c.name, Role: c.role, Opts: c.opts, WAN: wan, LAN: lan, StateDir: c.stateDir,
 		Log: logger, OpenFileLimit: limit, Workers: max(c.workers, 1), Worker: c.worker, ConnLogPath: c.connLog,
+		WanRate: rateConfig(c), WanIf: c.wanIf,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s%v\n", prefix, err)

@@ -1,0 +1,160 @@
+"""RTT and SACK figures computed from every packet of a capture.
+
+tcptrace 6.6.7 takes RTT samples only from segments that were never
+retransmitted and stops trusting a connection's timing after early loss (Karn's
+rule applied with a long memory), so under BER it keeps a handful of samples
+from the first seconds of a transfer: avg/max read one satellite RTT while the
+ACKs of the rest of the transfer took two to eight.  Its "sacks sent" counts
+ACKs carrying a SACK option, not the blocks in them.
+
+So both are computed here, the way Wireshark's TCP analysis does (its
+tcp.analysis.ack_rtt and tcp.options.sack.count), because that is the figure
+researchers cross-check against:
+
+* Every segment with payload, SYN or FIN is remembered with its capture time and
+  next sequence number, retransmissions included (at most 10,000 unacknowledged
+  at once, Wireshark's TCP_MAX_UNACKED_SEGMENTS).
+* An ACK forgets every remembered segment it covers; if one of them ends exactly
+  at the ACK number, the ACK is an RTT sample: its time minus the time of the
+  *oldest* such segment.  A segment that was retransmitted therefore measures
+  from its first transmission: the delay the application saw, loss recovery
+  included.
+* SACK blocks are the (left, right) pairs in the SACK option, summed over the
+  ACKs of the reverse direction.
+
+The samples describe the path as seen from the capture point: at the sender's
+port the full RTT, at a port in the middle the part from there to the receiver
+and back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .pcap import TcpPacket
+
+MOD = 1 << 32
+# Wireshark stops remembering segments beyond this many unacknowledged ones.
+MAX_UNACKED = 10000
+
+
+class Unwrapper:
+    """32-bit sequence numbers -> monotonic-ish integers (wrap-safe)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def __call__(self, seq: int) -> int:
+        if self.last is None:
+            self.last = seq
+            return seq
+        d = (seq - self.last) % MOD
+        if d >= MOD // 2:
+            d -= MOD
+        self.last += d
+        return self.last
+
+
+@dataclass
+class RttStats:
+    samples: int = 0
+    min_ms: float | None = None
+    avg_ms: float | None = None
+    max_ms: float | None = None
+    stdev_ms: float | None = None
+    # (capture time, rtt ms) of every sample, for the RTT graph.
+    series: list[tuple[float, float]] = field(default_factory=list)
+
+    def to_dict(self, with_series: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_series:
+            d.pop("series")
+        return d
+
+
+@dataclass
+class SackStats:
+    blocks: int = 0  # SACK blocks in all ACKs of the direction
+    acks_with_sack: int = 0
+    max_blocks_per_ack: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def ack_rtt(packets: list[TcpPacket], sender: str, receiver: str) -> RttStats:
+    """RTT samples for data sender -> receiver ("ip:port"), Wireshark's way."""
+    s, r = _split(sender), _split(receiver)
+    seq_unwrap = Unwrapper()
+    # The sender's sequence space and the receiver's ACK numbers share one unwrapper.
+    pending: list[tuple[int, int, float]] = []  # (nextseq, arrival order, time)
+    order = 0
+    samples: list[tuple[float, float]] = []
+    for p in packets:
+        key_src = (p.src, p.sport)
+        key_dst = (p.dst, p.dport)
+        if key_src == s and key_dst == r:
+            if (p.payload > 0 or p.syn or p.fin) and len(pending) < MAX_UNACKED:
+                nxt = seq_unwrap(p.seq) + p.payload + (1 if (p.syn or p.fin) else 0)
+                heapq.heappush(pending, (nxt, order, p.ts))
+                order += 1
+        elif key_src == r and key_dst == s and p.has_ack and pending:
+            ack = seq_unwrap(p.ack)
+            matched: float | None = None
+            while pending and pending[0][0] <= ack:
+                nxt, _, ts = heapq.heappop(pending)
+                # Equal next-sequence entries pop oldest first: the first match wins.
+                if nxt == ack and matched is None:
+                    matched = ts
+            if matched is not None:
+                samples.append((p.ts, (p.ts - matched) * 1000.0))
+    return _rtt_stats(samples)
+
+
+def _rtt_stats(samples: list[tuple[float, float]]) -> RttStats:
+    if not samples:
+        return RttStats()
+    vals = [v for _, v in samples]
+    n = len(vals)
+    avg = sum(vals) / n
+    # Sample standard deviation, as tcptrace prints it.
+    sd = math.sqrt(sum((v - avg) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
+    return RttStats(samples=n, min_ms=min(vals), avg_ms=avg, max_ms=max(vals),
+                    stdev_ms=sd, series=samples)
+
+
+def sack_stats(packets: list[TcpPacket], sender: str, receiver: str) -> SackStats:
+    """SACK blocks the receiver sent back for sender -> receiver data."""
+    s, r = _split(sender), _split(receiver)
+    st = SackStats()
+    for p in packets:
+        if p.sack and (p.src, p.sport) == r and (p.dst, p.dport) == s:
+            st.blocks += len(p.sack)
+            st.acks_with_sack += 1
+            st.max_blocks_per_ack = max(st.max_blocks_per_ack, len(p.sack))
+    return st
+
+
+def first_retransmission(packets: list[TcpPacket], sender: str, receiver: str) -> float | None:
+    """Capture time of the first data segment that starts below the highest
+    sequence already sent (a retransmission), or None."""
+    s, r = _split(sender), _split(receiver)
+    unwrap = Unwrapper()
+    highest: int | None = None
+    for p in packets:
+        if p.payload <= 0 or (p.src, p.sport) != s or (p.dst, p.dport) != r:
+            continue
+        seq = unwrap(p.seq)
+        if highest is not None and seq < highest:
+            return p.ts
+        end = seq + p.payload
+        highest = end if highest is None else max(highest, end)
+    return None

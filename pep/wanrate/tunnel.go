@@ -1,0 +1,649 @@
+package wanrate
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Config tunes a Tunnel. Zero values pick the defaults on each field.
+type Config struct {
+	// RateBPS is the link rate hint in bit/s (the adapter's
+	// SATBED_RATE_BPS). With Adapt it is where pacing starts and the
+	// most it probes to; 0 starts at 1 Mbit/s and probes without a cap.
+	RateBPS int64
+	// RTT is the round-trip hint until the first measurement (default 1 s).
+	RTT time.Duration
+	// Window is each stream's receive window in bytes: the most either
+	// pepd holds for one direction of one connection (default 8 x the
+	// hinted BDP, at least 1 MiB: with 11 % of frames lost a hole waits one
+	// round trip, a lost repair two or more, while the rest keeps coming).
+	Window int
+	// Adapt follows the path: pacing drops when queueing delay appears
+	// (the link got slower) and probes back up when it is gone.
+	Adapt bool
+	// Accept is called (in its own goroutine) for each stream the peer
+	// opens; it must dial the stream's Dst and call Stream.Relay, or
+	// Stream.Refuse.
+	Accept func(*Stream)
+	Log    *log.Logger
+	// PeerTimeout declares the peer gone after this much silence (default 10 s).
+	PeerTimeout time.Duration
+}
+
+const (
+	helloEvery   = time.Second
+	tickEvery    = 5 * time.Millisecond
+	statusEvery  = 20 * time.Millisecond
+	closedLinger = 2 * time.Minute
+	minRate      = 64_000
+	// stallLimit resets a stream whose peer stopped making progress on it.
+	stallLimit = 60 * time.Second
+)
+
+type key struct {
+	mine bool // opened by this pepd
+	id   uint32
+}
+
+type closedEntry struct {
+	at    time.Time
+	ack   uint64 // the final cumulative offset received, for late FINs
+	reset bool
+}
+
+// Stats are a tunnel's counters (for stats.json).
+type Stats struct {
+	PeerUp          bool    `json:"peer_up"`
+	PeerInstance    uint32  `json:"peer_instance"`
+	RateBPS         int64   `json:"rate_bps"`
+	SRTTms          float64 `json:"srtt_ms"`
+	MinRTTms        float64 `json:"min_rtt_ms"`
+	StreamsOpened   int64   `json:"streams_opened"`
+	StreamsAccepted int64   `json:"streams_accepted"`
+	StreamsActive   int     `json:"streams_active"`
+	FramesSent      int64   `json:"frames_sent"`
+	FramesReceived  int64   `json:"frames_received"`
+	FramesBad       int64   `json:"frames_bad"`
+	DataSent        int64   `json:"data_bytes_sent"`
+	DataRetransmit  int64   `json:"data_bytes_retransmitted"`
+	DataReceived    int64   `json:"data_bytes_received"`
+	DataDuplicate   int64   `json:"data_bytes_duplicate"`
+	StatusSent      int64   `json:"status_sent"`
+	RTOMarks        int64   `json:"rto_marks"`
+	RateDecreases   int64   `json:"rate_decreases"`
+	ResetsSent      int64   `json:"resets_sent"`
+}
+
+// Tunnel is one pepd's end of the rate-based WAN leg.
+type Tunnel struct {
+	cfg   Config
+	link  Link
+	inst  uint32
+	epoch time.Time
+
+	mu       sync.Mutex
+	sendCond *sync.Cond
+	closed   bool
+	peer     struct {
+		up     bool
+		inst   uint32
+		addr   HWAddr
+		heard  time.Time
+		lastTS int64 // the peer's last HELLO timestamp and when it came
+		tsAt   time.Time
+	}
+	peerUp    chan struct{} // closed when a peer is first known (or after loss, re-made)
+	streams   map[key]*Stream
+	order     []*Stream // round-robin order of streams with something to send
+	rr        int
+	closedSet map[key]closedEntry
+	nextID    uint32
+	ctrl      [][]byte // encoded control frames waiting for the pacer
+	lastHello time.Time
+
+	pace pacer
+	// Round trip and rate control.
+	srtt, rttvar, minRTT time.Duration
+	minRTTAt             time.Time
+	ctl                  struct {
+		start     time.Time
+		minSample time.Duration
+		limited   bool // the pacer, not data or windows, held the sender back
+		startup   bool
+		// resolved counts the wire bits of data frames whose fate became
+		// known in the interval (delivered, or lost after crossing the
+		// bottleneck): with a queue standing, the bottleneck's rate.
+		resolved float64
+	}
+	cap int64 // probing ceiling (0: none)
+
+	st   Stats
+	wg   sync.WaitGroup
+	stop chan struct{}
+}
+
+// New starts a tunnel on link. Close stops it.
+func New(link Link, cfg Config) *Tunnel {
+	if cfg.RTT <= 0 {
+		cfg.RTT = time.Second
+	}
+	if cfg.Window <= 0 {
+		bdp := int(float64(cfg.RateBPS) / 8 * cfg.RTT.Seconds())
+		cfg.Window = max(8*bdp, 1<<20)
+	}
+	if cfg.PeerTimeout <= 0 {
+		cfg.PeerTimeout = 10 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = log.New(log.Writer(), "wanrate: ", log.LstdFlags)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	t := &Tunnel{cfg: cfg, link: link, inst: binary.BigEndian.Uint32(b[:]) | 1, epoch: time.Now(),
+		streams: map[key]*Stream{}, closedSet: map[key]closedEntry{}, peerUp: make(chan struct{}),
+		stop: make(chan struct{})}
+	t.sendCond = sync.NewCond(&t.mu)
+	rate := cfg.RateBPS
+	if rate <= 0 {
+		rate = 1_000_000
+		t.ctl.startup = true
+	} else {
+		t.cap = rate
+	}
+	t.pace = newPacer(rate, link.MTU()+link.Overhead(), time.Now())
+	t.srtt, t.rttvar = cfg.RTT, cfg.RTT/2
+	t.st.RateBPS = rate
+	t.wg.Add(3)
+	go t.sendLoop()
+	go t.recvLoop()
+	go t.tickLoop()
+	t.mu.Lock()
+	t.queueHelloLocked(time.Now(), false)
+	t.mu.Unlock()
+	return t
+}
+
+func (t *Tunnel) now() int64 { return int64(time.Since(t.epoch)) }
+
+// Close resets every stream, stops the tunnel and closes the link.
+func (t *Tunnel) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	for _, s := range t.streams {
+		s.resetLocked("shutdown", true)
+	}
+	t.mu.Unlock()
+	// Give the resets a moment to leave (they are paced like everything).
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		t.mu.Lock()
+		n := len(t.ctrl)
+		t.mu.Unlock()
+		if n == 0 {
+			break
+		}
+	}
+	t.mu.Lock()
+	t.closed = true
+	close(t.stop)
+	t.sendCond.Broadcast()
+	t.mu.Unlock()
+	err := t.link.Close()
+	t.wg.Wait()
+	return err
+}
+
+// Snapshot returns the tunnel's counters.
+func (t *Tunnel) Snapshot() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.st
+	s.PeerUp, s.PeerInstance = t.peer.up, t.peer.inst
+	s.RateBPS = int64(t.pace.rate)
+	s.SRTTms = float64(t.srtt) / 1e6
+	s.MinRTTms = float64(t.minRTT) / 1e6
+	s.StreamsActive = len(t.streams)
+	return s
+}
+
+// WaitPeer waits up to d for a peer and reports whether one is up.
+func (t *Tunnel) WaitPeer(d time.Duration) bool {
+	t.mu.Lock()
+	up, ch := t.peer.up, t.peerUp
+	t.mu.Unlock()
+	if up || d <= 0 {
+		return up
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-tm.C:
+		return false
+	case <-t.stop:
+		return false
+	}
+}
+
+// ErrNoPeer is returned by Open when no peer pepd answers.
+var ErrNoPeer = errors.New("no peer pepd on the WAN link")
+
+// Open starts a stream to the peer for a connection from src to dst. Data
+// may flow at once; the peer resets the stream if it cannot reach dst.
+func (t *Tunnel) Open(src, dst netip.AddrPort) (*Stream, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || !t.peer.up {
+		return nil, ErrNoPeer
+	}
+	t.nextID++
+	s := t.newStreamLocked(key{true, t.nextID}, src, dst)
+	s.opening = true
+	s.queueOpenLocked(time.Now())
+	t.st.StreamsOpened++
+	return s, nil
+}
+
+func (t *Tunnel) newStreamLocked(k key, src, dst netip.AddrPort) *Stream {
+	s := &Stream{t: t, k: k, Src: src, Dst: dst, done: make(chan struct{}), created: time.Now()}
+	s.cond = sync.NewCond(&t.mu)
+	s.snd.limit = uint64(t.cfg.Window) // until the peer says otherwise
+	s.rcv.ooo = map[uint64][]byte{}
+	s.lastProgress = time.Now()
+	t.streams[k] = s
+	t.order = append(t.order, s)
+	return s
+}
+
+func (t *Tunnel) removeLocked(s *Stream, reset bool) {
+	if _, ok := t.streams[s.k]; !ok {
+		return
+	}
+	delete(t.streams, s.k)
+	for i, o := range t.order {
+		if o == s {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
+	t.closedSet[s.k] = closedEntry{at: time.Now(), ack: s.rcv.nxt, reset: reset}
+	s.finishLocked()
+}
+
+// queueLocked encodes a control frame for the sender.
+func (t *Tunnel) queueLocked(f *Frame) {
+	f.Instance = t.inst
+	b, err := Append(nil, f)
+	if err != nil {
+		t.cfg.Log.Printf("encode frame type %d: %v", f.Type, err)
+		return
+	}
+	t.ctrl = append(t.ctrl, b)
+	t.sendCond.Signal()
+}
+
+func (t *Tunnel) queueHelloLocked(now time.Time, reply bool) {
+	f := &Frame{Type: THello, RateBPS: uint64(t.pace.rate), TSVal: t.now(), PeerInstance: t.peer.inst}
+	if reply {
+		f.Flags |= FlagReply
+	}
+	if t.peer.lastTS != 0 {
+		f.TSEcr, f.EcrDelay = t.peer.lastTS, int64(now.Sub(t.peer.tsAt))
+	}
+	t.lastHello = now
+	t.queueLocked(f)
+}
+
+// sendLoop transmits control frames first, then retransmissions and new
+// data of the streams in turn, each when the pacer allows.
+func (t *Tunnel) sendLoop() {
+	defer t.wg.Done()
+	buf := make([]byte, 0, t.link.MTU())
+	maxBits := float64(t.link.MTU()+t.link.Overhead()) * 8
+	for {
+		t.mu.Lock()
+		for !t.closed && len(t.ctrl) == 0 && !t.dataPendingLocked() {
+			t.sendCond.Wait()
+		}
+		if t.closed {
+			t.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		if w := t.pace.wait(maxBits, now); w > 0 {
+			t.ctl.limited = true
+			t.mu.Unlock()
+			time.Sleep(w)
+			continue
+		}
+		var frame []byte
+		if len(t.ctrl) > 0 {
+			frame = t.ctrl[0]
+			t.ctrl = t.ctrl[1:]
+		} else {
+			frame = t.nextDataLocked(buf[:0], now)
+		}
+		to := Broadcast
+		if t.peer.up {
+			to = t.peer.addr
+		}
+		if frame == nil {
+			t.mu.Unlock()
+			continue
+		}
+		t.pace.consume(float64(len(frame)+t.link.Overhead()) * 8)
+		t.st.FramesSent++
+		t.mu.Unlock()
+		if err := t.link.Send(frame, to); err != nil {
+			t.mu.Lock()
+			closed := t.closed
+			t.mu.Unlock()
+			if closed {
+				return
+			}
+			t.cfg.Log.Printf("send: %v", err)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+func (t *Tunnel) dataPendingLocked() bool {
+	if !t.peer.up {
+		return false
+	}
+	for _, s := range t.order {
+		if s.sendableLocked() {
+			return true
+		}
+	}
+	return false
+}
+
+// nextDataLocked encodes the next data frame, round robin over streams.
+func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
+	n := len(t.order)
+	for i := range n {
+		s := t.order[(t.rr+i)%n]
+		if sg := s.nextSegLocked(); sg != nil {
+			t.rr = (t.rr + i + 1) % n
+			if sg.sends > 0 {
+				t.st.DataRetransmit += int64(len(sg.data))
+			} else {
+				t.st.DataSent += int64(len(sg.data))
+			}
+			sg.sends++
+			sg.sent = now
+			sg.lost = false
+			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}
+			if s.k.mine {
+				f.Flags |= FlagInit
+			}
+			if sg.fin {
+				f.Flags |= FlagFin
+			}
+			b, err := Append(buf, &f)
+			if err != nil {
+				t.cfg.Log.Printf("encode data: %v", err)
+				return nil
+			}
+			return b
+		}
+	}
+	return nil
+}
+
+func (t *Tunnel) recvLoop() {
+	defer t.wg.Done()
+	buf := make([]byte, t.link.MTU()+64)
+	var f Frame
+	for {
+		n, from, err := t.link.Recv(buf)
+		if err != nil {
+			select {
+			case <-t.stop:
+				return
+			default:
+			}
+			t.cfg.Log.Printf("receive: %v", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err := Decode(buf[:n], &f); err != nil {
+			t.mu.Lock()
+			t.st.FramesBad++
+			t.mu.Unlock()
+			continue
+		}
+		t.mu.Lock()
+		t.st.FramesReceived++
+		t.handleLocked(&f, from, time.Now())
+		t.mu.Unlock()
+	}
+}
+
+func (t *Tunnel) handleLocked(f *Frame, from HWAddr, now time.Time) {
+	if t.closed || f.Instance == t.inst {
+		return // our own frame looped back, or shutting down
+	}
+	if f.Type == THello {
+		t.helloLocked(f, from, now)
+		return
+	}
+	if !t.peer.up || f.Instance != t.peer.inst {
+		return // a peer we have not met (its HELLO will come) or a stale one
+	}
+	t.peer.heard = now
+	k := key{mine: f.Flags&FlagInit == 0, id: f.Stream}
+	s := t.streams[k]
+	switch f.Type {
+	case TOpen:
+		if s != nil {
+			if s.established {
+				t.queueLocked(&Frame{Type: TOpenAck, Stream: k.id})
+			}
+			return
+		}
+		if _, old := t.closedSet[k]; old || k.mine {
+			return
+		}
+		s = t.newStreamLocked(k, f.Src, f.Dst)
+		t.st.StreamsAccepted++
+		if t.cfg.Accept != nil {
+			go t.cfg.Accept(s)
+		} else {
+			s.resetLocked("no_acceptor", true)
+		}
+	case TOpenAck:
+		if s != nil {
+			s.opening = false
+		}
+	case TData:
+		if s == nil {
+			t.strayDataLocked(k, f)
+			return
+		}
+		s.onDataLocked(f, now)
+	case TStatus:
+		if s != nil {
+			s.onStatusLocked(f, now)
+		}
+	case TReset:
+		t.queueLocked(&Frame{Type: TResetAck, Stream: k.id, Flags: initFlag(k)})
+		if s != nil {
+			s.resetLocked("reset_by_peer", false)
+		}
+	case TResetAck:
+		if s != nil && s.resetting {
+			s.resetting = false
+			t.removeLocked(s, true)
+		}
+	}
+}
+
+func initFlag(k key) uint8 {
+	if k.mine {
+		return FlagInit
+	}
+	return 0
+}
+
+// strayDataLocked answers data of a stream this pepd no longer (or never)
+// had: a finished stream's late FIN gets its final status, a reset or
+// unknown one a reset. Data of a stream the peer opened whose OPEN has
+// not arrived yet is dropped: the peer repeats the OPEN and the data.
+func (t *Tunnel) strayDataLocked(k key, f *Frame) {
+	c, ok := t.closedSet[k]
+	switch {
+	case ok && !c.reset:
+		t.queueLocked(&Frame{Type: TStatus, Stream: k.id, Flags: initFlag(k), Ack: c.ack, Limit: c.ack})
+	case ok || k.mine:
+		t.queueLocked(&Frame{Type: TReset, Stream: k.id, Flags: initFlag(k)})
+	}
+}
+
+func (t *Tunnel) helloLocked(f *Frame, from HWAddr, now time.Time) {
+	if t.peer.up && t.peer.inst != f.Instance {
+		// The peer restarted: its streams are gone, so are ours.
+		t.cfg.Log.Printf("peer restarted (instance %08x -> %08x): resetting %d streams", t.peer.inst, f.Instance, len(t.streams))
+		t.peerLostLocked("peer_restarted")
+	}
+	if !t.peer.up {
+		t.peer.up, t.peer.inst, t.peer.addr = true, f.Instance, from
+		close(t.peerUp)
+		t.cfg.Log.Printf("peer %08x at %x: rate-based WAN leg up (its rate hint %d bit/s)", f.Instance, from[:], f.RateBPS)
+	}
+	t.peer.heard, t.peer.lastTS, t.peer.tsAt = now, f.TSVal, now
+	if f.TSEcr != 0 {
+		t.rttSampleLocked(time.Duration(t.now()-f.TSEcr-f.EcrDelay), now)
+	}
+	if f.Flags&FlagReply == 0 {
+		t.queueHelloLocked(now, true)
+	}
+}
+
+func (t *Tunnel) peerLostLocked(reason string) {
+	for _, s := range t.streams {
+		s.resetLocked(reason, false)
+	}
+	t.peer.up = false
+	t.peer.lastTS = 0
+	t.peerUp = make(chan struct{})
+}
+
+// tickLoop runs the timers: retransmission timeouts, status and window
+// updates, repeated OPENs and resets, HELLOs, peer liveness.
+func (t *Tunnel) tickLoop() {
+	defer t.wg.Done()
+	tk := time.NewTicker(tickEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tk.C:
+		}
+		now := time.Now()
+		t.mu.Lock()
+		if now.Sub(t.lastHello) >= helloEvery {
+			t.queueHelloLocked(now, false)
+		}
+		if t.peer.up && now.Sub(t.peer.heard) > t.cfg.PeerTimeout {
+			t.cfg.Log.Printf("peer %08x silent for %v: resetting %d streams, new connections use TCP", t.peer.inst, t.cfg.PeerTimeout, len(t.streams))
+			t.peerLostLocked("peer_lost")
+		}
+		rto := t.rtoLocked()
+		for _, s := range append([]*Stream(nil), t.order...) {
+			s.tickLocked(now, rto)
+		}
+		for k, c := range t.closedSet {
+			if now.Sub(c.at) > closedLinger {
+				delete(t.closedSet, k)
+			}
+		}
+		t.rateControlLocked(now)
+		if t.dataPendingLocked() {
+			t.sendCond.Signal()
+		}
+		t.mu.Unlock()
+	}
+}
+
+// rtoLocked is how long a frame may go unanswered before it is resent:
+// the smoothed round trip plus its variation plus the status interval
+// (the receiver batches its answers).
+func (t *Tunnel) rtoLocked() time.Duration {
+	return t.srtt + t.srtt/4 + 4*t.rttvar + 2*statusEvery + 2*tickEvery
+}
+
+func (t *Tunnel) rttSampleLocked(r time.Duration, now time.Time) {
+	if r <= 0 || r > time.Minute {
+		return
+	}
+	if t.minRTT == 0 || r < t.minRTT || now.Sub(t.minRTTAt) > 30*time.Second {
+		t.minRTT, t.minRTTAt = r, now
+	}
+	if t.ctl.minSample == 0 || r < t.ctl.minSample {
+		t.ctl.minSample = r
+	}
+	d := t.srtt - r
+	if d < 0 {
+		d = -d
+	}
+	t.rttvar = (3*t.rttvar + d) / 4
+	t.srtt = (7*t.srtt + r) / 8
+}
+
+// rateControlLocked adjusts the pacing rate once per round trip. Loss
+// never lowers it (on this link loss is corruption); queueing delay does:
+// when the smallest round trip of the last interval stands clearly above
+// the path's minimum, frames are waiting in a queue, i.e. the link is
+// slower than the pacer. Without queueing and with the pacer holding the
+// sender back, the rate probes up, at most to the hint.
+func (t *Tunnel) rateControlLocked(now time.Time) {
+	if !t.cfg.Adapt {
+		return
+	}
+	c := &t.ctl
+	if c.start.IsZero() {
+		c.start = now
+		return
+	}
+	if now.Sub(c.start) < max(t.srtt, 50*time.Millisecond) || c.minSample == 0 {
+		return
+	}
+	r := t.pace.rate
+	thresh := max(5*time.Millisecond, t.minRTT/10)
+	switch {
+	case c.minSample > t.minRTT+thresh:
+		// Down to a little under what the bottleneck passed, so the
+		// queue drains; a fixed cut per round trip would keep cutting
+		// while the queue built meanwhile drains.
+		if got := c.resolved / now.Sub(c.start).Seconds(); got > 0 && got < r {
+			r = got * 0.9
+		} else {
+			r *= 0.9
+		}
+		r = max(r, minRate)
+		c.startup = false
+		t.st.RateDecreases++
+	case c.limited && (t.cap == 0 || r < float64(t.cap)):
+		if c.startup {
+			r *= 1.25
+		} else {
+			r *= 1.05
+		}
+		if t.cap > 0 {
+			r = min(r, float64(t.cap))
+		}
+	}
+	t.pace.setRate(r)
+	c.start, c.minSample, c.limited, c.resolved = now, 0, false, 0
+}

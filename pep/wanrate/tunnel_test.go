@@ -1,0 +1,500 @@
+package wanrate
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// memLink is one end of an in-process link: frames take delay to arrive,
+// a fraction is lost, another fraction has a bit flipped (the CRC must
+// catch it), and cut drops everything (a vanished peer).
+type memLink struct {
+	in, out chan memFrame
+	addr    HWAddr
+	p       *linkParams
+	done    chan struct{}
+	once    sync.Once
+}
+
+type memFrame struct {
+	b    []byte
+	at   time.Time
+	from HWAddr
+}
+
+type linkParams struct {
+	mu               sync.Mutex
+	rng              *rand.Rand
+	loss, corrupt    float64
+	delay            time.Duration
+	cut              atomic.Bool
+	sent, lost, bent atomic.Int64
+}
+
+func memPair(p *linkParams) (*memLink, *memLink) {
+	a2b, b2a := make(chan memFrame, 1<<16), make(chan memFrame, 1<<16)
+	a := &memLink{in: b2a, out: a2b, addr: HWAddr{2, 0, 0, 0, 0, 1}, p: p, done: make(chan struct{})}
+	b := &memLink{in: a2b, out: b2a, addr: HWAddr{2, 0, 0, 0, 0, 2}, p: p, done: make(chan struct{})}
+	return a, b
+}
+
+func (l *memLink) Send(frame []byte, to HWAddr) error {
+	p := l.p
+	p.sent.Add(1)
+	if p.cut.Load() {
+		return nil
+	}
+	b := append([]byte(nil), frame...)
+	p.mu.Lock()
+	lose, bend := p.rng.Float64() < p.loss, p.rng.Float64() < p.corrupt
+	bit := p.rng.IntN(len(b) * 8)
+	p.mu.Unlock()
+	if lose {
+		p.lost.Add(1)
+		return nil
+	}
+	if bend {
+		p.bent.Add(1)
+		b[bit/8] ^= 1 << (bit % 8)
+	}
+	select {
+	case l.out <- memFrame{b, time.Now().Add(p.delay), l.addr}:
+	case <-l.done:
+	}
+	return nil
+}
+
+func (l *memLink) Recv(buf []byte) (int, HWAddr, error) {
+	select {
+	case f := <-l.in:
+		if d := time.Until(f.at); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-l.done:
+				return 0, HWAddr{}, net.ErrClosed
+			}
+		}
+		return copy(buf, f.b), f.from, nil
+	case <-l.done:
+		return 0, HWAddr{}, net.ErrClosed
+	}
+}
+
+func (l *memLink) Overhead() int { return 14 }
+func (l *memLink) MTU() int      { return 1500 }
+func (l *memLink) Close() error  { l.once.Do(func() { close(l.done) }); return nil }
+
+// pair is two tunnels joined by a memLink; B's streams dial the address
+// the test's server listens on.
+type pair struct {
+	a, b   *Tunnel
+	params *linkParams
+}
+
+func newPair(t *testing.T, loss, corrupt float64, delay time.Duration, rate int64, window int, adapt bool) *pair {
+	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), loss: loss, corrupt: corrupt, delay: delay}
+	la, lb := memPair(p)
+	lg := log.New(io.Discard, "", 0)
+	if testing.Verbose() {
+		lg = log.New(log.Writer(), "wanrate: ", log.Lmicroseconds)
+	}
+	accept := func(s *Stream) {
+		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
+		if err != nil {
+			s.Refuse()
+			return
+		}
+		s.Relay(c)
+	}
+	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg}
+	pr := &pair{a: New(la, cfg), b: New(lb, cfg), params: p}
+	t.Cleanup(func() { pr.a.Close(); pr.b.Close() })
+	if !pr.a.WaitPeer(5*time.Second) || !pr.b.WaitPeer(5*time.Second) {
+		t.Fatal("peers did not meet")
+	}
+	return pr
+}
+
+// split accepts one client connection on a local listener and relays it
+// through the tunnel to dst, as pepd does with an intercepted SYN.
+func (pr *pair) split(t *testing.T, dst netip.AddrPort) (client *net.TCPConn, result chan string) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pr.a.Open(client.LocalAddr().(*net.TCPAddr).AddrPort(), dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	result = make(chan string, 1)
+	go func() {
+		reason, _, _ := s.Relay(c)
+		result <- reason
+	}()
+	return client, result
+}
+
+func server(t *testing.T, handle func(*net.TCPConn)) netip.AddrPort {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go handle(c)
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+func randBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestTransfer moves data both ways through a lossy link and checks every
+// byte arrives once, in order, with both FINs carried.
+func TestTransfer(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		loss, corrupt float64
+		delay         time.Duration
+		up, down      int
+		window        int
+	}{
+		{"clean", 0, 0, 10 * time.Millisecond, 2 << 20, 1 << 20, 0},
+		{"loss 11%", 0.11, 0, 20 * time.Millisecond, 2 << 20, 512 << 10, 0},
+		{"loss 30% + corruption", 0.3, 0.05, 5 * time.Millisecond, 1 << 20, 1 << 20, 0},
+		{"small window", 0.05, 0, 10 * time.Millisecond, 1 << 20, 256 << 10, 64 << 10},
+		{"empty both ways", 0.2, 0, 5 * time.Millisecond, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := newPair(t, tc.loss, tc.corrupt, tc.delay, 100_000_000, tc.window, false)
+			up, down := randBytes(tc.up, 1), randBytes(tc.down, 2)
+			gotUp := make(chan []byte, 1)
+			dst := server(t, func(c *net.TCPConn) {
+				defer c.Close()
+				go func() {
+					c.Write(down)
+					c.CloseWrite()
+				}()
+				b, _ := io.ReadAll(c)
+				gotUp <- b
+			})
+			client, result := pr.split(t, dst)
+			defer client.Close()
+			go func() {
+				client.Write(up)
+				client.CloseWrite()
+			}()
+			client.SetReadDeadline(time.Now().Add(60 * time.Second))
+			gotDown, err := io.ReadAll(client)
+			if err != nil {
+				t.Fatalf("client read: %v", err)
+			}
+			if sha256.Sum256(gotDown) != sha256.Sum256(down) {
+				t.Fatalf("download: %d bytes, want %d, contents differ", len(gotDown), len(down))
+			}
+			select {
+			case b := <-gotUp:
+				if !bytes.Equal(b, up) {
+					t.Fatalf("upload: %d bytes, want %d, contents differ", len(b), len(up))
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatal("server never saw the upload end")
+			}
+			select {
+			case r := <-result:
+				if r != "closed" {
+					t.Fatalf("relay ended %q, want closed", r)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("relay did not finish")
+			}
+			st := pr.a.Snapshot()
+			if tc.corrupt > 0 && pr.b.Snapshot().FramesBad+st.FramesBad == 0 {
+				t.Error("corrupted frames were not counted as bad")
+			}
+			waitEmpty(t, pr.a)
+			waitEmpty(t, pr.b)
+		})
+	}
+}
+
+func waitEmpty(t *testing.T, tn *Tunnel) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if tn.Snapshot().StreamsActive == 0 {
+			return
+		}
+	}
+	t.Fatalf("streams left: %d", tn.Snapshot().StreamsActive)
+}
+
+// TestPacing: the sender holds the configured rate on a clean link.
+func TestPacing(t *testing.T) {
+	const rate = 8_000_000
+	pr := newPair(t, 0, 0, 5*time.Millisecond, rate, 0, false)
+	data := randBytes(4<<20, 3)
+	dst := server(t, func(c *net.TCPConn) {
+		defer c.Close()
+		io.Copy(io.Discard, c)
+	})
+	client, result := pr.split(t, dst)
+	start := time.Now()
+	client.Write(data)
+	client.CloseWrite()
+	io.Copy(io.Discard, client)
+	<-result
+	el := time.Since(start).Seconds()
+	got := float64(len(data)) * 8 / el
+	t.Logf("goodput %.2f Mbit/s at a pacing rate of %.0f Mbit/s", got/1e6, rate/1e6)
+	// Wire rate includes headers (1468 payload per 1514 bytes).
+	if got > rate*1.05 || got < rate*0.85 {
+		t.Errorf("goodput %.2f Mbit/s at a pacing rate of %.0f Mbit/s", got/1e6, rate/1e6)
+	}
+}
+
+// TestResetBothWays: a reset on either LAN leg resets the other end.
+func TestResetBothWays(t *testing.T) {
+	for _, who := range []string{"client", "server"} {
+		t.Run(who, func(t *testing.T) {
+			pr := newPair(t, 0.1, 0, 5*time.Millisecond, 100_000_000, 0, false)
+			srvErr := make(chan error, 1)
+			dst := server(t, func(c *net.TCPConn) {
+				if who == "server" {
+					c.Read(make([]byte, 1))
+					c.SetLinger(0)
+					c.Close()
+					return
+				}
+				c.SetReadDeadline(time.Now().Add(20 * time.Second))
+				_, err := io.Copy(io.Discard, c)
+				srvErr <- err
+			})
+			client, result := pr.split(t, dst)
+			client.Write([]byte("x"))
+			if who == "client" {
+				time.Sleep(200 * time.Millisecond)
+				client.SetLinger(0)
+				client.Close()
+				if err := <-srvErr; !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("server saw %v, want a reset", err)
+				}
+			} else {
+				client.SetReadDeadline(time.Now().Add(20 * time.Second))
+				_, err := io.Copy(io.Discard, client)
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Fatalf("client saw %v, want a reset", err)
+				}
+			}
+			if r := <-result; r == "closed" {
+				t.Fatalf("relay ended %q", r)
+			}
+		})
+	}
+}
+
+// TestRefused: the peer cannot reach the server, the client is reset.
+func TestRefused(t *testing.T) {
+	pr := newPair(t, 0, 0, 5*time.Millisecond, 100_000_000, 0, false)
+	ln, _ := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	dst := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close() // nobody listens there now
+	client, result := pr.split(t, dst)
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := client.Read(make([]byte, 1))
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("client saw %v, want a reset", err)
+	}
+	if r := <-result; r != "reset_by_peer" {
+		t.Fatalf("relay ended %q, want reset_by_peer", r)
+	}
+}
+
+// TestNoPeer: without a peer Open fails at once (pepd then uses TCP), and
+// a peer that falls silent takes its streams with it.
+func TestNoPeer(t *testing.T) {
+	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2))}
+	p.cut.Store(true)
+	la, _ := memPair(p)
+	tn := New(la, Config{RateBPS: 1e6, Log: log.New(io.Discard, "", 0)})
+	defer tn.Close()
+	if tn.WaitPeer(300 * time.Millisecond) {
+		t.Fatal("peer up with nobody there")
+	}
+	if _, err := tn.Open(netip.MustParseAddrPort("1.2.3.4:5"), netip.MustParseAddrPort("5.6.7.8:9")); !errors.Is(err, ErrNoPeer) {
+		t.Fatalf("Open: %v, want ErrNoPeer", err)
+	}
+
+	pr := newPair(t, 0, 0, 5*time.Millisecond, 100_000_000, 0, false)
+	pr.a.cfg.PeerTimeout = 300 * time.Millisecond
+	dst := server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) })
+	client, result := pr.split(t, dst)
+	client.Write([]byte("x"))
+	time.Sleep(100 * time.Millisecond)
+	pr.params.cut.Store(true)
+	select {
+	case r := <-result:
+		if r != "peer_lost" {
+			t.Fatalf("relay ended %q, want peer_lost", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream survived its peer")
+	}
+	if pr.a.Snapshot().PeerUp {
+		t.Fatal("peer still up")
+	}
+}
+
+// TestBackpressure: a LAN receiver that stops reading stops the LAN
+// sender; neither pepd holds more than its window.
+func TestBackpressure(t *testing.T) {
+	const window = 256 << 10
+	pr := newPair(t, 0, 0, 2*time.Millisecond, 200_000_000, window, false)
+	release := make(chan struct{})
+	dst := server(t, func(c *net.TCPConn) {
+		c.SetReadBuffer(64 << 10)
+		<-release
+		io.Copy(io.Discard, c)
+		c.Close()
+	})
+	client, result := pr.split(t, dst)
+	client.SetWriteBuffer(64 << 10)
+	var written atomic.Int64
+	go func() {
+		chunk := make([]byte, 32<<10)
+		for range 512 { // 16 MB
+			n, err := client.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		client.CloseWrite()
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	w := written.Load()
+	// Socket buffers (autotuned up to a few MB on loopback) plus two
+	// windows; far below the 16 MB offered.
+	if w > 12<<20 {
+		t.Fatalf("client wrote %d bytes with the receiver stalled", w)
+	}
+	pr.a.mu.Lock()
+	var held int
+	for _, s := range pr.a.streams {
+		held += int(s.snd.end - s.snd.una)
+	}
+	pr.a.mu.Unlock()
+	pr.b.mu.Lock()
+	for _, s := range pr.b.streams {
+		held += s.rcv.held
+	}
+	pr.b.mu.Unlock()
+	if held > 2*window {
+		t.Fatalf("pepds hold %d bytes, window %d", held, window)
+	}
+	close(release)
+	io.Copy(io.Discard, client)
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q", r)
+	}
+}
+
+// TestAdapt: with a link much slower than the hint, queueing delay pulls
+// the pacing rate down to about the link's rate.
+func TestAdapt(t *testing.T) {
+	// The memLink has no rate limit; emulate one by a queue in front.
+	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), delay: 20 * time.Millisecond}
+	la, lb := memPair(p)
+	const linkRate = 4_000_000
+	sa := &shapedLink{memLink: la, rate: linkRate}
+	lg := log.New(io.Discard, "", 0)
+	accept := func(s *Stream) {
+		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
+		if err != nil {
+			s.Refuse()
+			return
+		}
+		s.Relay(c)
+	}
+	a := New(sa, Config{RateBPS: 16_000_000, RTT: 40 * time.Millisecond, Adapt: true, Accept: accept, Log: lg})
+	b := New(lb, Config{RateBPS: 16_000_000, RTT: 40 * time.Millisecond, Adapt: true, Accept: accept, Log: lg})
+	defer a.Close()
+	defer b.Close()
+	pr := &pair{a: a, b: b, params: p}
+	if !a.WaitPeer(5 * time.Second) {
+		t.Fatal("no peer")
+	}
+	dst := server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c); c.Close() })
+	client, result := pr.split(t, dst)
+	data := randBytes(3<<20, 4)
+	start := time.Now()
+	client.Write(data)
+	client.CloseWrite()
+	io.Copy(io.Discard, client)
+	<-result
+	got := float64(len(data)) * 8 / time.Since(start).Seconds()
+	r := a.Snapshot().RateBPS
+	t.Logf("link %d bit/s, hint 16 Mbit/s: pacing settled at %d bit/s, goodput %.2f Mbit/s", linkRate, r, got/1e6)
+	if r > linkRate*1.3 || r < linkRate*0.6 {
+		t.Errorf("pacing rate %d bit/s on a %d bit/s link", r, linkRate)
+	}
+	if got < linkRate*0.7 {
+		t.Errorf("goodput %.2f Mbit/s on a %.0f Mbit/s link", got/1e6, linkRate/1e6)
+	}
+}
+
+// shapedLink delays frames as a FIFO drained at rate would.
+type shapedLink struct {
+	*memLink
+	rate float64
+	mu   sync.Mutex
+	free time.Time // when the queue is empty
+}
+
+func (s *shapedLink) Send(frame []byte, to HWAddr) error {
+	s.mu.Lock()
+	now := time.Now()
+	if s.free.Before(now) {
+		s.free = now
+	}
+	s.free = s.free.Add(time.Duration(float64(len(frame)+14) * 8 / s.rate * float64(time.Second)))
+	wait := s.free.Sub(now)
+	s.mu.Unlock()
+	b := append([]byte(nil), frame...)
+	select {
+	case s.out <- memFrame{b, now.Add(s.p.delay + wait), s.addr}:
+	case <-s.done:
+	}
+	return nil
+}

@@ -1,0 +1,32 @@
+"""The golden run directory's stored files, shaped as the runner writes them.
+
+The golden capture (tests/data/make_golden.sh) is a 2,000,000-byte nuttcp
+upload from 10.99.99.1 to 10.99.99.2 at 16 Mbit/s. config.json is built by
+the runner's own config_document for that configuration, so it follows the
+code; environment.json and result.json are those of a real `satbed run` of
+the same configuration (tests/data/golden_run_*.json), not of the captured
+transfer itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from satbed import runner, topology
+from satbed.emulation import LinkConfig
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+GOLDEN = DATA / "golden.pcap"
+
+
+def golden_config() -> dict:
+    cfg = runner.RunConfig(client="nuttcp-tcp", direction="upload", size_bytes=2_000_000,
+                           link=LinkConfig.symmetric(rate="16mbit", ceil="16mbit", rtt_ms=0),
+                           topology_overrides={"hosts.clientA.ip": "10.99.99.1/24",
+                                               "hosts.clientB.ip": "10.99.99.2/24"})
+    spec = topology.load(cfg.topology, cfg.topology_overrides)
+    return runner.config_document(cfg, spec, runner.plan(cfg, spec))
+
+
+def golden_result() -> dict:
+    return json.loads((DATA / "golden_run_result.json").read_text())

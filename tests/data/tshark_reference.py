@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""Per-capture reference figures from tshark alone (no satbed code), for the
+cross-check test: tests/analysis/test_tshark_crosscheck.py.
+
+    tests/data/tshark_reference.py CAPTURE...   # prints {capture name: figures} as JSON
+
+For each capture's main TCP connection (the stream with the most payload) and its
+data direction (the side that sent more payload):
+
+    unique_bytes     highest data sequence + length minus the first data sequence
+    elapsed_s        first to last packet of the stream, both directions
+    throughput_bps   8 * unique_bytes / elapsed_s (tcptrace's definition of throughput)
+    rexmt_pkts       data-direction packets tshark flags tcp.analysis.retransmission
+    rtt_*            tcp.analysis.ack_rtt of the receiver's ACKs (ms)
+    sack_blocks      sum of tcp.options.sack.count over the receiver's packets
+    acks_with_sack   receiver packets carrying a SACK option
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TSHARK = "/usr/bin/tshark"
+FIELDS = ["frame.time_epoch", "tcp.stream", "ip.src", "tcp.srcport", "tcp.len",
+          "tcp.seq", "tcp.analysis.ack_rtt", "tcp.options.sack.count"]
+
+
+def _tshark(capture: Path, display_filter: str, fields: list[str]) -> list[list[str]]:
+    args = [TSHARK, "-n", "-r", str(capture), "-Y", display_filter, "-T", "fields",
+            "-E", "separator=\t", "-E", "occurrence=f"]
+    for f in fields:
+        args += ["-e", f]
+    res = subprocess.run(args, capture_output=True, text=True, timeout=300, check=True)
+    return [line.split("\t") for line in res.stdout.splitlines()]
+
+
+def reference(capture: Path) -> dict[str, Any]:
+    rows = _tshark(capture, "tcp", FIELDS)
+    payload: dict[str, int] = {}
+    for r in rows:
+        payload[r[1]] = payload.get(r[1], 0) + int(r[4] or 0)
+    stream = max(payload, key=lambda k: (payload[k], -int(k)))
+    mine = [r for r in rows if r[1] == stream]
+    by_side: dict[tuple[str, str], int] = {}
+    for r in mine:
+        by_side[(r[2], r[3])] = by_side.get((r[2], r[3]), 0) + int(r[4] or 0)
+    sender = max(by_side, key=lambda k: by_side[k])
+    data = [r for r in mine if (r[2], r[3]) == sender and int(r[4] or 0) > 0]
+    acks = [r for r in mine if (r[2], r[3]) != sender]
+    first_seq = min(int(r[5]) for r in data)
+    # seq + len, not tcp.nxtseq: a FIN riding on the last segment adds one to nxtseq.
+    unique = max(int(r[5]) + int(r[4]) for r in data) - first_seq
+    times = [float(r[0]) for r in mine]
+    elapsed = max(times) - min(times)
+    rtts = [float(r[6]) * 1000 for r in acks if r[6]]
+    sacks = [int(r[7]) for r in acks if r[7]]
+    rexmt = _tshark(capture, f"tcp.stream == {stream} && ip.src == {sender[0]} && "
+                             f"tcp.srcport == {sender[1]} && tcp.analysis.retransmission",
+                    ["frame.number"])
+    return {
+        "sender": f"{sender[0]}:{sender[1]}",
+        "unique_bytes": unique,
+        "elapsed_s": elapsed,
+        "throughput_bps": 8 * unique / elapsed if elapsed > 0 else None,
+        "rexmt_pkts": len(rexmt),
+        "rtt_samples": len(rtts),
+        "rtt_min_ms": min(rtts) if rtts else None,
+        "rtt_avg_ms": sum(rtts) / len(rtts) if rtts else None,
+        "rtt_max_ms": max(rtts) if rtts else None,
+        "sack_blocks": sum(sacks),
+        "acks_with_sack": len(sacks),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: tshark_reference.py CAPTURE...", file=sys.stderr)
+        return 2
+    out = {Path(a).name: reference(Path(a)) for a in argv}
+    json.dump(out, sys.stdout, indent=2, sort_keys=True)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
