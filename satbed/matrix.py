@@ -10,6 +10,17 @@ File format (YAML):
   timeout: 900                # optional per-cell limit in seconds (default: from size and rate)
   fixed:   {size: 20M, direction: download}
   axes:    {client: [scp, ftp], pep: [none, pepd], rtt: [600], ber: [0, 1e-5]}
+  variants:                   # optional: one more axis whose values are bundles of settings
+    - {name: terrestrial, set: {rtt: 0}}
+    - {name: gateways, set: {pep: pepd, pep_options: wan_buf=195000}}
+    - {name: study, clients: [ftp], set: {profiles.clientA: ncftp-3.2.2}}
+
+A variant is a named set of parameters (or scenario paths) applied on top of
+`fixed:`, for studies whose configurations are not a cross product (seed
+001's four set-ups). `clients:` limits a variant to those clients: several
+entries may share a name for disjoint clients (the Global Hawk study's hosts
+are NcFTP's for FTP, the 2.6.18 host for the rest). A variant may not set an
+axis. Each cell records its variant's name in the `variant` parameter.
 
 Parameters (in `fixed` as one value, in `axes` as a list): client, pep,
 pep_options, rtt (ms), ber, size, direction, rate, ceil, queue (packets),
@@ -166,6 +177,7 @@ PARAMS = {
     "seed": (_seed, 1),
     "link": (_link, None),
     "scenario": (_scenario, None),
+    "variant": (str, ""),
 }
 
 
@@ -182,7 +194,8 @@ class Cell:
     def label(self) -> str:
         p = self.params
         paths = "".join(f" {k}={v}" for k, v in sorted(p.items()) if "." in k)
-        return (f"{p['client']}/{p['pep']} rtt={p['rtt']:g} ber={p['ber']:g} "
+        variant = f" [{p['variant']}]" if p.get("variant") else ""
+        return (f"{p['client']}/{p['pep']}{variant} rtt={p['rtt']:g} ber={p['ber']:g} "
                 f"size={human_size(p['size'])}{paths} #{self.repetition}")
 
 
@@ -244,12 +257,16 @@ def _build(doc, path: str, backend: str) -> Experiment:
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise SatbedError(f"axes.{k}: repeated value")
         axis_values.append((k, values))
-    total = reps * math.prod(len(values) for _, values in axis_values)
+    variants = _variants(doc.get("variants"), {k for k, _ in axis_values})
+    total = reps * math.prod(len(values) for _, values in axis_values) * max(1, len(variants))
     if total > MAX_CELLS:
         raise SatbedError(f"{total} cells: more than {MAX_CELLS} (split the experiment)")
     combos = [dict(base)]
     for k, values in axis_values:
         combos = [{**c, k: v} for c in combos for v in values]
+    if variants:
+        combos = [{**c, **v.settings, "variant": v.name} for c in combos for v in variants
+                  if v.clients is None or {**c, **v.settings}["client"] in v.clients]
     _check_peps({c["pep"] for c in combos}, backend)
     exp = Experiment(name, path, str(doc.get("description") or ""))
     seen: set[str] = set()
@@ -260,6 +277,40 @@ def _build(doc, path: str, backend: str) -> Experiment:
                 seen.add(cell.hash)
                 exp.cells.append(cell)
     return exp
+
+
+@dataclass
+class Variant:
+    name: str
+    settings: dict               # parameter or scenario path -> normalised value
+    clients: list[str] | None    # the clients it applies to (None: all)
+
+
+def _variants(doc, axes: set[str]) -> list[Variant]:
+    # The shape (a list of {name, set, clients}) is the schema's.
+    out: list[Variant] = []
+    for i, v in enumerate(doc or []):
+        where = f"variants.{i}"
+        settings = v.get("set") or {}
+        for k in settings:
+            if k in axes:
+                raise SatbedError(f"{where}.set.{k}: also an axis")
+            if k == "variant":
+                raise SatbedError(f"{where}.set.variant: the variant's name is its name:")
+        clients = v.get("clients")
+        if clients is not None:
+            clients = [_normalise(f"{where}.clients", "client", c) for c in clients]
+        out.append(Variant(str(v["name"]), {k: _normalise(f"{where}.set.{k}", k, val) for k, val in settings.items()},
+                           clients))
+    # Entries sharing a name must not claim the same client twice.
+    claimed: dict[str, set] = {}
+    for v in out:
+        mine = set(v.clients) if v.clients is not None else {"*"}
+        other = claimed.setdefault(v.name, set())
+        if "*" in other or ("*" in mine and other) or mine & other:
+            raise SatbedError(f"variants: {v.name!r} given twice for the same client")
+        other |= mine
+    return out
 
 
 def _check_peps(names: set[str], backend: str) -> None:

@@ -63,6 +63,12 @@ def test_changing_any_parameter_changes_the_hash(tmp_path):
     ("fixed: {emulator: bridge, rtt: 100}\n", "bridge is a plain bridge"),
     ("fixed: [1, 2]\n", "fixed: [1, 2] is not of type 'object', 'null'"),
     ("fixed: {rtt: [\n", "not valid YAML"),
+    ("variants: {a: {}}\n", "variants: {'a': {}} is not of type 'array', 'null'"),
+    ("variants: [{set: {rtt: 0}}]\n", "variants.0: 'name' is a required property"),
+    ("axes: {rtt: [0, 100]}\nvariants: [{name: x, set: {rtt: 0}}]\n", "variants.0.set.rtt: also an axis"),
+    ("variants: [{name: x, set: {rtt: fast}}]\n", "variants.0.set.rtt: bad rtt 'fast'"),
+    ("variants: [{name: x, clients: [nosuch]}]\n", "variants.0.clients: unknown client 'nosuch'"),
+    ("variants: [{name: x, clients: [ftp]}, {name: x, clients: [ftp, scp]}]\n", "'x' given twice for the same client"),
 ])
 def test_bad_files_fail_with_one_line(tmp_path, text, message):
     from satbed import matrix
@@ -79,6 +85,44 @@ def test_cli_reports_bad_file_in_one_line(tmp_path):
     cp = satbed("matrix", write(tmp_path, "axes: {client: [nosuch]}\n"), "--out", str(tmp_path / "o"))
     assert cp.returncode == 2
     assert cp.stderr.count("\n") == 1 and "unknown client 'nosuch'" in cp.stderr
+
+
+def test_variants_are_named_bundles_over_fixed_and_may_be_limited_to_clients(tmp_path):
+    from satbed import matrix
+    text = ("fixed: {pep: none, rtt: 500, emulator: userspace, rate: 2mbit}\n"
+            "axes: {client: [ftp, scp]}\n"
+            "variants:\n"
+            "  - {name: ground, set: {rtt: 0}}\n"
+            "  - {name: split, set: {pep: pepd, pep_options: wan_buf=195000}}\n"
+            "  - {name: legacy, clients: [ftp], set: {queue: 20}}\n"
+            "  - {name: legacy, clients: [scp], set: {queue: 30}}\n")
+    cells = matrix.load(write(tmp_path, text)).cells
+    got = sorted((c.params["client"], c.params["variant"], c.params["rtt"], c.params["pep"], c.params["queue"])
+                 for c in cells)
+    assert got == [("ftp", "ground", 0.0, "none", None), ("ftp", "legacy", 500.0, "none", 20),
+                   ("ftp", "split", 500.0, "pepd", None),
+                   ("scp", "ground", 0.0, "none", None), ("scp", "legacy", 500.0, "none", 30),
+                   ("scp", "split", 500.0, "pepd", None)]
+    split = next(c for c in cells if c.params["variant"] == "split")
+    assert split.config["pep_options"] == "wan_buf=195000" and "[split]" in split.label()
+
+
+def test_shipped_scenarios_with_variants():
+    from satbed import matrix
+    sg = matrix.load(os.path.join(REPO, "scenarios", "split-gateways.yaml")).cells
+    assert sorted(c.params["variant"] for c in sg) == ["gateways", "large-windows", "satellite", "terrestrial"]
+    by = {c.params["variant"]: c for c in sg}
+    assert by["terrestrial"].params["rtt"] == 0 and by["satellite"].params["rtt"] == 500
+    assert by["large-windows"].config["profiles"] == {"server": "large-windows-195k", "client": "large-windows-195k"}
+    assert by["gateways"].config["pep"] == "pepd" and by["gateways"].config["profiles"]["server"] == "default-64k"
+    gh = matrix.load(os.path.join(REPO, "scenarios", "globalhawk.yaml")).cells
+    today = [c for c in gh if c.params["variant"] == "today"]
+    study = [c for c in gh if c.params["variant"] == "study"]
+    assert len(today) == len(study) == 144
+    # The study's hosts are NcFTP's for FTP and the 2.6.18 BIC host for
+    # every other client (today's are the experiment file's: test_scenario).
+    assert {c.config["profiles"]["clientA"] for c in study if c.params["client"] == "ftp"} == {"ncftp-3.2.2"}
+    assert {c.config["profiles"]["clientA"] for c in study if c.params["client"] != "ftp"} == {"linux-2.6.18-bic"}
 
 
 def test_shipped_experiment_files_parse():
