@@ -11,10 +11,15 @@ import hashlib
 import json
 import os
 import re
+import select
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Sequence
 
 from satbed.emulation import MTU_FRAME, LinkConfig
 from satbed.errors import SatbedError
-from satbed.net import NamespaceSandbox, TransparentNode
+from satbed.net import Host, NamespaceSandbox, TransparentNode
 from satbed.proc import BIN_DIR, REPO_ROOT, last_line
 
 ADAPTER_DIR = os.path.join(REPO_ROOT, "pep", "adapters")
@@ -179,3 +184,139 @@ def unhealthy(pep_list: list[Pep]) -> str:
         if not up:
             down.append(f"PEP {p.name} on {p.node.name} is down: {line}")
     return "; ".join(down)
+
+
+# The split proof (pep/CONTRACT.md, "The split proof"): after every PEP's
+# start, one short TCP connection each way between the end hosts. It must get
+# through end to end, and every PEP whose stats say it splits must count it
+# in its own connections_split. That is all satbed knows of any PEP, so
+# pepd, PEPsal, the SCPS gateway and a lab's image get the same proof.
+PROBE = ["/usr/bin/python3", os.path.join(REPO_ROOT, "satbed", "probe.py")]
+PROBE_PORTS = (7702, 7703)      # a to b, b to a
+# pepd refreshes its stats every second; a container's stats verb runs
+# through docker exec: counters get this long to show the probe.
+COUNT_WAIT_S = 10.0
+
+
+@dataclass
+class ProbeLeg:
+    """One probe connection: who connected to whom, and what each side saw."""
+    src: str
+    dst: str
+    port: int
+    client: dict
+    server: dict
+
+    def through(self) -> bool:
+        return bool(self.server.get("accepted")) and bool(self.client.get("connected"))
+
+    def to_dict(self) -> dict:
+        return {"from": self.src, "to": self.dst, "port": self.port, **self.client,
+                "peer_seen_by_server": self.server.get("peer")}
+
+
+def split_count(stats: dict) -> int | None:
+    v = stats.get("connections_split")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def split_verdict(legs: Sequence[ProbeLeg], counts: dict[str, tuple[bool, int | None, int | None]],
+                  health: dict[str, str], wait_s: float) -> str:
+    """'' when the path is proven, else one line with the reason. counts maps a
+    PEP's label to (splits, connections_split before, after); health to its
+    health line (said beside a failure: the adapter knows why)."""
+    problems = []
+    for leg in legs:
+        if leg.through():
+            continue
+        client = (f"connected in {leg.client['connect_ms']:g} ms but the far side never took it"
+                  if leg.client.get("connected") else leg.client.get("error") or "no answer")
+        problems.append(f"the probe connection {leg.src} -> {leg.dst}:{leg.port} did not get through "
+                        f"in {wait_s:g} s ({client})")
+    for label, (splits, before, after) in counts.items():
+        if not splits:
+            continue
+        if before is None or after is None:
+            problems.append(f"{label} says it splits but its stats have no connections_split count")
+        elif after <= before:
+            problems.append(f"{label} did not split either probe connection (connections_split stayed {after})")
+    if not problems:
+        return ""
+    said = "; ".join(f"{k}: {v}" for k, v in health.items())
+    return "the PEPs are not proven in the path: " + "; ".join(problems) + (f" [health: {said}]" if said else "")
+
+
+def _ready(proc: subprocess.Popen, deadline: float) -> bool:
+    """Wait for the accepting side's "ready" line."""
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        r, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if r:
+            return proc.stdout.readline().strip() == "ready"
+    return False
+
+
+def _result(proc: subprocess.Popen, timeout: float) -> dict:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    try:
+        return json.loads(last_line(out))
+    except ValueError:
+        return {"error": last_line(err) or f"probe exit {proc.returncode}"}
+
+
+def prove_split(pep_list: Sequence[Pep], a: Host, b: Host, rtt_ms: float) -> dict:
+    """The split proof: raises SatbedError with one line when the PEPs are not
+    in the path, else returns what it saw (the LAN-side handshake time of each
+    probe among it: short where a PEP next to the connecting host splits)."""
+    started = [p for p in pep_list if p.started]
+    before = {p: p.stats() for p in started}
+    splits = {p: before[p].get("splitting") is True for p in started}
+    if not any(splits.values()):
+        return {}       # plain bridges (none): nothing to prove, and no run pays for it
+    # SYNs lost to bit errors are retransmitted after 1, 2, 4 s...
+    wait_s = 15.0 + 3 * rtt_ms / 1000
+    labels = {p: f"PEP {p.name} on {p.node.name}" for p in started}
+    t0 = time.monotonic()
+    servers: list[subprocess.Popen] = []
+    legs = []
+    for (src, dst), port in zip(((a, b), (b, a)), PROBE_PORTS):
+        server = dst.popen([*PROBE, "accept", "--port", str(port), "--total", f"{wait_s:g}"], text=True)
+        servers.append(server)
+        if not _ready(server, time.monotonic() + 15):
+            for s in servers:
+                s.kill()
+            raise SatbedError(f"the split probe's listener on {dst.name} did not start: "
+                              f"{_result(server, 5).get('error', 'no ready line')}")
+    clients = [src.popen([*PROBE, "connect", str(dst.ip.ip), "--port", str(port), "--wait", f"{wait_s:g}"],
+                         text=True)
+               for (src, dst), port in zip(((a, b), (b, a)), PROBE_PORTS)]
+    for (src, dst), port, server, client in zip(((a, b), (b, a)), PROBE_PORTS, servers, clients):
+        legs.append(ProbeLeg(str(src.ip.ip), str(dst.ip.ip), port,
+                             client=_result(client, wait_s + 10), server=_result(server, wait_s + 10)))
+    after = dict(before)
+    deadline = time.monotonic() + COUNT_WAIT_S
+    while True:
+        after = {p: (p.stats() if splits[p] else before[p]) for p in started}
+        counted = all(not splits[p] or (split_count(after[p]) or 0) > (split_count(before[p]) or 0)
+                      for p in started)
+        if counted or time.monotonic() > deadline or not all(leg.through() for leg in legs):
+            break
+        time.sleep(0.5)
+    counts = {labels[p]: (splits[p], split_count(before[p]), split_count(after[p])) for p in started}
+    verdict = split_verdict(legs, counts, {}, wait_s)
+    if verdict:
+        # A PEP that died is the reason, whatever the probe then saw.
+        down = unhealthy(started)
+        if down:
+            raise SatbedError(f"before the transfer: {down} (the split proof then failed: {verdict})")
+        raise SatbedError(split_verdict(legs, counts, {labels[p]: p.health()[1] for p in started}, wait_s))
+    return {"seconds": round(time.monotonic() - t0, 3), "link_rtt_ms": rtt_ms,
+            "legs": [leg.to_dict() for leg in legs],
+            "connections_split": {p.node.name: [split_count(before[p]), split_count(after[p])]
+                                  for p in started if splits[p]}}

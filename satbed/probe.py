@@ -1,6 +1,11 @@
-"""A UDP probe for the live link: sends numbered datagrams of one frame size
-at a paced rate, and counts which arrive. Run inside nodes as
-`python3 -m satbed.probe send|recv ...`; prints one JSON line."""
+"""Probes for the live path, run inside nodes as `python3 satbed/probe.py
+MODE ...`; each prints one JSON line.
+
+- send/recv/echo/rtt: UDP. Numbered datagrams of one frame size at a paced
+  rate, counting which arrive; an echo for RTT samples.
+- accept/connect: one TCP connection across the path, the proof that the PEPs
+  split (satbed.peps.prove_split): the connecting side times its handshake,
+  which a splitting PEP next to it answers in well under the link's RTT."""
 
 from __future__ import annotations
 
@@ -97,6 +102,57 @@ def rtt(dst: str, port: int, count: int, interval: float, wait: float) -> dict:
     return {"sent": sent, "rtt_ms": [rtts[k] for k in sorted(rtts)]}
 
 
+def accept(bind: str, port: int, total: float, count: int = 2) -> dict:
+    """Take `count` TCP connections, say who they came from, close each (the
+    FIN tells the connecting side that its connection got through end to end)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((bind, port))
+    s.listen(4)
+    print("ready", flush=True)
+    deadline = time.monotonic() + total
+    peers = []
+    while len(peers) < count and time.monotonic() < deadline:
+        s.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            c, peer = s.accept()
+        except socket.timeout:
+            break
+        c.close()
+        peers.append(peer[0])
+    return {"accepted": len(peers) == count, "connections": len(peers), "peer": peers[-1] if peers else None}
+
+
+def _one(dst: str, port: int, wait: float) -> dict:
+    s = socket.socket()
+    s.settimeout(wait)
+    t0 = time.monotonic()
+    try:
+        s.connect((dst, port))
+    except OSError as e:
+        return {"connected": False, "error": str(e) or type(e).__name__}
+    connect_ms = (time.monotonic() - t0) * 1000
+    try:
+        closed = s.recv(1) == b""
+    except OSError as e:
+        closed = isinstance(e, ConnectionResetError)   # a reset came back: the far side answered too
+    s.close()
+    return {"connected": True, "connect_ms": round(connect_ms, 3), "closed_by_peer": closed}
+
+
+def connect(dst: str, port: int, wait: float) -> dict:
+    """Open two TCP connections one after the other and time the second's
+    handshake: the first also waits for address resolution (ARP crosses the
+    whole path), which is not the handshake. Each waits (bounded) for the far
+    side's close to come back through the path."""
+    t0 = time.monotonic()
+    first = _one(dst, port, wait)
+    if not first["connected"]:
+        return {**first, "seconds": round(time.monotonic() - t0, 3)}
+    second = _one(dst, port, max(1.0, wait - (time.monotonic() - t0)))
+    return {**second, "first_connect_ms": first["connect_ms"], "seconds": round(time.monotonic() - t0, 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="satbed.probe")
     sub = p.add_subparsers(dest="mode", required=True)
@@ -121,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--count", type=int, default=100)
     t.add_argument("--interval", type=float, default=0.05)
     t.add_argument("--wait", type=float, default=5.0)
+    ta = sub.add_parser("accept")
+    ta.add_argument("--bind", default="0.0.0.0")
+    ta.add_argument("--port", type=int, default=7702)
+    ta.add_argument("--total", type=float, default=60.0)
+    tc = sub.add_parser("connect")
+    tc.add_argument("dst")
+    tc.add_argument("--port", type=int, default=7702)
+    tc.add_argument("--wait", type=float, default=30.0)
     a = p.parse_args(argv)
     if a.mode == "send":
         out = send(a.dst, a.port, a.frame, a.count, a.rate)
@@ -128,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         out = recv(a.bind, a.port, a.idle, a.total)
     elif a.mode == "echo":
         out = echo(a.bind, a.port, a.total)
+    elif a.mode == "accept":
+        out = accept(a.bind, a.port, a.total)
+    elif a.mode == "connect":
+        out = connect(a.dst, a.port, a.wait)
     else:
         out = rtt(a.dst, a.port, a.count, a.interval, a.wait)
     print(json.dumps(out), flush=True)

@@ -258,6 +258,10 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             env.setdefault("peps", {})[name] = peps.describe(placement.name)
             pep.start()
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
+        # start returned for each PEP; now prove they split (pep/CONTRACT.md).
+        proof = peps.prove_split(pep_list, ground, aircraft, the_plan.path_rtt_ms())
+        if proof:
+            result["split_proof"] = proof
         caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
         caps.start()
         router_ports = [i for r in tb.routers.values() for i in r.intfs.values()]

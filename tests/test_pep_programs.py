@@ -18,6 +18,7 @@ import subprocess
 
 import pytest
 
+from satbed.peps import ProbeLeg, split_verdict
 from satbed_testlib import REPO, needs_root, satbed
 
 ADAPTERS = os.path.join(REPO, "pep", "adapters")
@@ -166,6 +167,42 @@ def test_scps_refuses_a_64_bit_build(tmp_path):
     assert "64-bit build" in line and "-m32" in line
 
 
+THROUGH = ProbeLeg("10.99.99.2", "10.99.99.254", 7702, {"connected": True, "connect_ms": 0.1},
+                   {"accepted": True, "peer": "10.99.99.2"})
+STUCK = ProbeLeg("10.99.99.2", "10.99.99.254", 7702, {"connected": True, "connect_ms": 0.1},
+                 {"accepted": False})
+REFUSED = ProbeLeg("10.99.99.254", "10.99.99.2", 7703, {"connected": False, "error": "timed out"},
+                   {"accepted": False})
+
+
+@pytest.mark.parametrize("legs,counts,health,expect", [
+    # Through both ways and counted by every splitting PEP: proven.
+    ([THROUGH], {"PEP pepd on pepA": (True, 3, 5)}, {}, ""),
+    # A plain bridge counts nothing and need not.
+    ([THROUGH], {"PEP none on pepA": (False, 0, 0)}, {}, ""),
+    # Through, but one PEP never split it: bridged past it, not proven.
+    ([THROUGH], {"PEP scps on pepA": (True, 0, 2), "PEP scps on pepB": (True, 4, 4)},
+     {"PEP scps on pepB": "SCPS gateway healthy"},
+     "PEP scps on pepB did not split either probe connection (connections_split stayed 4)"),
+    # Split at A, never reached B (PEPsal connecting from an address B cannot answer).
+    ([STUCK], {"PEP pepsal on pepA": (True, 0, 1)}, {},
+     "10.99.99.2 -> 10.99.99.254:7702 did not get through in 16 s (connected in 0.1 ms but the far side "
+     "never took it)"),
+    ([REFUSED], {}, {}, "10.99.99.254 -> 10.99.99.2:7703 did not get through in 16 s (timed out)"),
+    # A lab's PEP whose stats lack the count is not taken on trust.
+    ([THROUGH], {"PEP lab/pep:1 on pepA": (True, None, None)}, {}, "says it splits but its stats have no"),
+])
+def test_split_verdict(legs, counts, health, expect):
+    verdict = split_verdict(legs, counts, health, 16)
+    assert "\n" not in verdict
+    if not expect:
+        assert verdict == ""
+    else:
+        assert verdict.startswith("the PEPs are not proven in the path: ") and expect in verdict, verdict
+        for label, line in health.items():
+            assert f"{label}: {line}" in verdict
+
+
 # ------------------------------------------------------------ namespaces (root)
 
 @needs_root
@@ -188,6 +225,27 @@ def test_pepsal_split_at_both_ends_from_the_nodes_addresses(tmp_path):
     assert syns_from(f"{caps}/wan_a.pcap", "10.99.99.3") >= 1
     assert syns_from(f"{caps}/lan_b.pcap", "10.99.99.253") >= 1
     assert syns_from(f"{caps}/wan_a.pcap", "10.99.99.2") == 0
+    # The split proof: each PEP counted its own upstream SYNs, and PEP A
+    # answered Client A's handshake itself (well under the 100 ms link).
+    proof = result["split_proof"]
+    assert all(after > before for before, after in proof["connections_split"].values()), proof
+    assert proof["legs"][0]["connect_ms"] < 50 and proof["legs"][0]["peer_seen_by_server"] == "10.99.99.253"
+
+
+@needs_root
+def test_a_pep_not_in_the_path_fails_start_in_one_line(tmp_path):
+    # A PEPsal given an address nobody can answer (a lab's typo): it starts,
+    # listens and takes Client A's connection, but its upstream SYN leaves
+    # from 192.0.2.3 and never gets an answer. Start must not return as if
+    # the PEP were in the path: the split proof names what happened.
+    bin_ = wrapper(tmp_path, "pepsal", f"{STANDINS}/pepsal", STANDIN_LIMIT="warn")
+    cp = satbed("run", "--pep", "pepsal", "--pep-options", "addr=192.0.2.3/24", "--client", "scp", "--size", "1M",
+                "--rtt", "100", "--no-analysis", "--out", str(tmp_path / "runs"),
+                env={"SATBED_PEPSAL_BIN": bin_}, timeout=600)
+    assert cp.returncode != 0
+    last = cp.stderr.strip().splitlines()[-1]
+    assert "the PEPs are not proven in the path" in last and "did not get through" in last, last
+    assert "Traceback" not in cp.stderr
 
 
 @needs_root
@@ -212,6 +270,8 @@ def test_scps_gateway_bridges_and_is_counted(tmp_path):
     assert summary["integrity"] == "ok"
     nodes = result["pep"]["nodes"]
     assert all(n["running"] is True and n["connections_split"] >= 1 for n in nodes.values()), nodes
+    # The stand-in's SYNs leave its taps as the real gateway's do: counted.
+    assert all(after > before for before, after in result["split_proof"]["connections_split"].values())
     assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000
     with open(os.path.join(run_dir, "pep", "pepA", "scps.log"), encoding="utf-8") as f:
         log = f.read()
@@ -249,6 +309,16 @@ def test_real_pepsal_splits_both_ways(tmp_path):
     nodes = result["pep"]["nodes"]
     assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1
     assert syns_from(os.path.join(run_dir, "captures", "lan_b.pcap"), "10.99.99.253") >= 1
+    assert_split_proven(result)
+
+
+def assert_split_proven(result: dict) -> None:
+    """Both real programs split the probe: counted by both PEPs, and each end
+    host's handshake answered by its own PEP, not across the 600 ms link."""
+    proof = result["split_proof"]
+    assert set(proof["connections_split"]) == {"pepA", "pepB"}
+    assert all(after > before for before, after in proof["connections_split"].values()), proof
+    assert all(leg["connect_ms"] < 100 for leg in proof["legs"]), proof
 
 
 @needs_root
@@ -275,3 +345,4 @@ def test_real_scps_gateway_splits(tmp_path, ber):
     nodes = result["pep"]["nodes"]
     assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1
     assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000
+    assert_split_proven(result)
