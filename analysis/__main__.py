@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "result.json[\"analysis\"], graphs and report.html.")
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--window", nargs=2, type=float, metavar=("START_S", "DURATION_S"),
-                    help="zoomed time-sequence window (default: config.json tsg_window, "
-                         "else around the first retransmission)")
+                    help="zoomed time-sequence window in seconds from the run's first "
+                         "captured packet, the same absolute time at every capture point "
+                         "(default: config.json tsg_window, else around the first retransmission)")
     ap.add_argument("--report-only", action="store_true",
                     help="redraw the report from stored analysis files without re-running tcptrace")
     args = ap.parse_args(argv)

@@ -141,3 +141,20 @@ def sack_stats(packets: list[TcpPacket], sender: str, receiver: str) -> SackStat
             st.acks_with_sack += 1
             st.max_blocks_per_ack = max(st.max_blocks_per_ack, len(p.sack))
     return st
+
+
+def first_retransmission(packets: list[TcpPacket], sender: str, receiver: str) -> float | None:
+    """Capture time of the first data segment that starts below the highest
+    sequence already sent (a retransmission), or None."""
+    s, r = _split(sender), _split(receiver)
+    unwrap = Unwrapper()
+    highest: int | None = None
+    for p in packets:
+        if p.payload <= 0 or (p.src, p.sport) != s or (p.dst, p.dport) != r:
+            continue
+        seq = unwrap(p.seq)
+        if highest is not None and seq < highest:
+            return p.ts
+        end = seq + p.payload
+        highest = end if highest is None else max(highest, end)
+    return None

@@ -66,10 +66,22 @@ class TcpPacket:
         return bool(self.flags & TH_ACK)
 
 
+@dataclass(frozen=True)
+class UdpPacket:
+    """A UDP datagram (Saratoga runs over UDP); payload from the UDP length."""
+    ts: float
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    payload: int
+
+
 @dataclass
 class PcapSummary:
     linktype: int
     packets: list[TcpPacket] = field(default_factory=list)
+    udp: list[UdpPacket] = field(default_factory=list)
     records: int = 0
     truncated: bool = False  # the file ends inside a record
 
@@ -88,7 +100,8 @@ def is_pcapng(path: Path) -> bool:
 
 
 def read_tcp(path: Path) -> PcapSummary:
-    """Read every IPv4/IPv6 TCP packet; raise PcapError for a non-pcap file."""
+    """Read every IPv4/IPv6 TCP packet (and UDP datagram); raise PcapError for a
+    non-pcap file."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 24:
@@ -121,12 +134,14 @@ def read_tcp(path: Path) -> PcapSummary:
         off += caplen
         summary.records += 1
         pkt = _decode(frame, linktype, sec + frac / tsdiv)
-        if pkt is not None:
+        if isinstance(pkt, TcpPacket):
             summary.packets.append(pkt)
+        elif pkt is not None:
+            summary.udp.append(pkt)
     return summary
 
 
-def _decode(frame: bytes, linktype: int, ts: float) -> TcpPacket | None:
+def _decode(frame: bytes, linktype: int, ts: float) -> TcpPacket | UdpPacket | None:
     ethertype, off = _l3_start(frame, linktype)
     if off is None:
         return None
@@ -170,25 +185,36 @@ def _l3_start(frame: bytes, linktype: int) -> tuple[int, int | None]:
     return 0, None
 
 
-def _decode_ipv4(frame: bytes, off: int, ts: float) -> TcpPacket | None:
+def _decode_ipv4(frame: bytes, off: int, ts: float) -> TcpPacket | UdpPacket | None:
     vihl = frame[off]
     ihl = (vihl & 0x0F) * 4
     total_len = struct.unpack_from(">H", frame, off + 2)[0]
     frag = struct.unpack_from(">H", frame, off + 6)[0]
-    if frame[off + 9] != 6 or frag & 0x1FFF:
+    proto = frame[off + 9]
+    if proto not in (6, 17) or frag & 0x1FFF:
         return None
     # inet_ntoa: a 100 MB transfer's capture holds ~140k packets, and ipaddress costs a fifth of the read.
     src = socket.inet_ntoa(frame[off + 12:off + 16])
     dst = socket.inet_ntoa(frame[off + 16:off + 20])
+    if proto == 17:
+        return _decode_udp(frame, off + ihl, src, dst, ts)
     return _decode_tcp(frame, off + ihl, total_len - ihl, src, dst, ts)
 
 
-def _decode_ipv6(frame: bytes, off: int, ts: float) -> TcpPacket | None:
+def _decode_udp(frame: bytes, off: int, src: str, dst: str, ts: float) -> UdpPacket:
+    sport, dport, length = struct.unpack_from(">HHH", frame, off)
+    return UdpPacket(ts=ts, src=src, sport=sport, dst=dst, dport=dport, payload=max(0, length - 8))
+
+
+def _decode_ipv6(frame: bytes, off: int, ts: float) -> TcpPacket | UdpPacket | None:
     payload_len = struct.unpack_from(">H", frame, off + 4)[0]
-    if frame[off + 6] != 6:
+    nxt = frame[off + 6]
+    if nxt not in (6, 17):
         return None  # extension headers are not followed; testbed traffic has none
     src = str(ipaddress.IPv6Address(frame[off + 8:off + 24]))
     dst = str(ipaddress.IPv6Address(frame[off + 24:off + 40]))
+    if nxt == 17:
+        return _decode_udp(frame, off + 40, src, dst, ts)
     return _decode_tcp(frame, off + 40, payload_len, src, dst, ts)
 
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from satbed.files import write_text
 
-from .run import (VANTAGES, analyze_run, capture_paths, configured_window, load_json,
-                  update_result)
+from .run import (VANTAGES, _classic_pcap, analyze_run, capture_paths, configured_window,
+                  load_json, run_window, update_result)
 from .tsg import Window, draw_from_xpl, generate_xplot
 
 __all__ = ["analyze_run", "write_report"]
@@ -34,15 +34,17 @@ METRIC_ROWS: list[tuple[str, str, str]] = [
     ("retransmitted bytes", "rexmt_bytes", "int"),
     ("retransmitted packets", "rexmt_pkts", "int"),
     ("total packets", "total_pkts", "int"),
-    ("RTT samples", "rtt_samples", "int"),
-    ("RTT min (ms)", "rtt_min_ms", "float"),
-    ("RTT avg (ms)", "rtt_avg_ms", "float"),
-    ("RTT max (ms)", "rtt_max_ms", "float"),
-    ("RTT stdev (ms)", "rtt_stdev_ms", "float"),
+    # tcptrace's RTT: never-retransmitted segments only (the overview table has
+    # the figure from every ACK).
+    ("tcptrace RTT samples", "rtt_samples", "int"),
+    ("tcptrace RTT min (ms)", "rtt_min_ms", "float"),
+    ("tcptrace RTT avg (ms)", "rtt_avg_ms", "float"),
+    ("tcptrace RTT max (ms)", "rtt_max_ms", "float"),
+    ("tcptrace RTT stdev (ms)", "rtt_stdev_ms", "float"),
     ("advertised window max (bytes)", "win_max", "int"),
     ("advertised window avg (bytes)", "win_avg", "int"),
     ("window scale", "window_scale", "int"),
-    ("packets with SACK blocks sent", "sack_pkts", "int"),
+    ("ACKs with a SACK option sent", "sack_pkts", "int"),
     ("max SACK blocks per ACK", "max_sack_blocks_per_ack", "int"),
     ("zero-window probes", "zwnd_probe_pkts", "int"),
     ("zero-window advertisements", "zero_win_adv", "int"),
@@ -70,7 +72,20 @@ th { background: #eee; } td.num { text-align: right; font-family: monospace; }
 .error { color: #a00000; font-weight: bold; }
 figure { margin: 1em 0; } figcaption { font-size: 0.9em; color: #444; }
 img { max-width: 100%; border: 1px solid #444; }
+summary h2 { display: inline; border: none; } details { margin-top: 1.2em; }
+p.lead { font-size: 1.1em; } td.bad { color: #a00000; }
+.graphs { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 0.8em; }
 """
+
+
+# Keys whose float values are epoch seconds (config, result and analysis JSON).
+TIME_KEYS = {"started", "finished", "start", "first_packet", "last_packet", "sender_end",
+             "receiver_end", "last_ack_at_vantage", "first_retransmission", "window_start"}
+
+
+def _is_epoch(key: str, value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (key in TIME_KEYS or key.endswith("_at")) and 1e9 < float(value) < 1e10)
 
 
 def _fmt(value: Any, kind: str = "auto") -> str:
@@ -86,7 +101,10 @@ def _fmt(value: Any, kind: str = "auto") -> str:
     if kind == "float" and isinstance(value, (int, float)):
         return f"{value:.1f}"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        # Never scientific notation: 1.79537e+09 hides both times and byte counts.
+        if abs(value) >= 1e5:
+            return f"{value:,.0f}"
+        return f"{value:.6g}" if abs(value) >= 1e-4 or value == 0 else f"{value:.3e}"
     return str(value)
 
 
@@ -99,8 +117,9 @@ def _value_table(data: Any) -> str:
     if isinstance(data, dict):
         if not data:
             return "<em>empty</em>"
-        rows = "".join(f"<tr><th>{_e(k)}</th><td>{_value_table(v)}</td></tr>"
-                       for k, v in data.items())
+        rows = "".join(f"<tr><th>{_e(k)}</th><td>"
+                       f"{_e(_fmt(v, 'time') + ' UTC') if _is_epoch(str(k), v) else _value_table(v)}"
+                       f"</td></tr>" for k, v in data.items())
         return f"<table>{rows}</table>"
     if isinstance(data, list):
         if data and all(not isinstance(v, (dict, list)) for v in data):
@@ -111,8 +130,9 @@ def _value_table(data: Any) -> str:
 
 
 def _json_section(title: str, data: dict[str, Any] | None, problem: str | None) -> str:
+    """A JSON file as tables, folded: the report opens with results, not settings."""
     body = _value_table(data) if data is not None else f'<p class="error">{_e(problem)}</p>'
-    return f"<h2>{_e(title)}</h2>\n{body}\n"
+    return f"<details><summary><h2>{_e(title)}</h2></summary>\n{body}\n</details>\n"
 
 
 def _metrics_table(main: dict[str, Any]) -> str:
@@ -167,8 +187,15 @@ def _img(path: Path) -> str:
     return f'<img alt="{_e(path.name)}" src="data:image/png;base64,{data}">'
 
 
-def redraw(run: Path, vantage: str, entry: dict[str, Any],
-           window: Window | None) -> tuple[dict[str, str], str | None]:
+def _relative_xpl(outdir: Path) -> bool:
+    """Stored by an older satbed with tcptrace -zx: x restarts at each capture."""
+    for p in outdir.glob("*_tsg.xpl"):
+        return not p.read_text(errors="replace")[:20].startswith("timeval")
+    return True
+
+
+def redraw(run: Path, vantage: str, entry: dict[str, Any], window: Window | None,
+           origin: float | None = None) -> tuple[dict[str, str], str | None]:
     """Redraw a vantage's PNGs from stored .xpl files (or its capture)."""
     main = entry.get("main")
     if not main:
@@ -176,19 +203,23 @@ def redraw(run: Path, vantage: str, entry: dict[str, Any],
     outdir = run / "analysis" / vantage
     data = main[main.get("data_direction", "a2b")]
     try:
-        if not list(outdir.glob("*_tsg.xpl")):
+        if _relative_xpl(outdir):
             pcap = capture_paths(run).get(vantage)
-            if pcap is None:
+            if pcap is not None:
+                generate_xplot(_classic_pcap(pcap, outdir), outdir, main["index"])
+            elif not list(outdir.glob("*_tsg.xpl")):
                 return {}, "no stored .xpl files and no capture to regenerate them"
-            generate_xplot(pcap, outdir, main["index"])
-        return draw_from_xpl(outdir, data["src"], data["dst"], window), None
+        return draw_from_xpl(outdir, data["src"], data["dst"], window, origin), None
     except Exception as e:  # one vantage's drawing problem must not lose the report
         return {}, f"{type(e).__name__}: {e}"
 
 
 def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
-                     window: Window | None) -> str:
-    parts = [f"<h3>Vantage {_e(vantage)}</h3>"]
+                     window: Window | None, origin: float | None = None) -> str:
+    parts = [f"<h3 id=\"vantage-{_e(vantage)}\">Vantage {_e(vantage)}</h3>"]
+    if "udp" in entry:
+        parts.append(_udp_table(entry))
+        return "\n".join(parts)
     if "error" in entry:
         parts.append(f'<p class="error">{_e(entry["error"])}</p>')
         partial = entry.get("partial")
@@ -207,7 +238,7 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
     parts.append(_spoofing_table(main.get("spoofing_throughput")))
     parts.append("<h4>All connections</h4>")
     parts.append(_connection_list(entry.get("connection_list", [])))
-    graphs, problem = redraw(run, vantage, entry, window)
+    graphs, problem = redraw(run, vantage, entry, window, origin)
     entry["graphs"] = graphs
     if problem:
         parts.append(f'<p class="error">graphs: {_e(problem)}</p>')
@@ -218,7 +249,10 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
             continue
         if key == "tsg_window":
             caption += (f" ({float(graphs['window_duration_s']):g} s from "
-                        f"{float(graphs['window_start_s']):.3f} s)")
+                        f"{float(graphs['window_start_s']):.3f} s after the run's first packet"
+                        + (f", {_fmt(float(graphs['window_start']), 'time')[11:23]} UTC"
+                           if graphs.get("window_start") and origin is not None else "")
+                        + ")")
         parts.append(f"<figure>{_img(outdir / name)}<figcaption>{_e(vantage)}: "
                      f"{_e(caption)}</figcaption></figure>")
     return "\n".join(parts)
@@ -233,44 +267,186 @@ def _testbed_sections(run: Path) -> list[str]:
     return [s for s in (traffic.report_section(str(run)), counters.report_section(str(run))) if s]
 
 
+def _udp_table(entry: dict[str, Any]) -> str:
+    udp = entry["udp"]
+    rows = [[f["src"] + " &rarr; " + _e(f["dst"]), _fmt(f["datagrams"], "int"),
+             _fmt(f["payload_bytes"], "int"), f"{f['duration_s']:.3f}", _fmt(f["rate_bps"], "mbps"),
+             _fmt(f["first_packet"], "time")[11:], _fmt(f["last_packet"], "time")[11:]]
+            for f in udp["flows"]]
+    head = ("<tr><th>flow</th><th>datagrams</th><th>payload bytes</th><th>duration (s)</th>"
+            "<th>wire rate</th><th>first (UTC)</th><th>last (UTC)</th></tr>")
+    body = "".join("<tr>" + "".join(f"<td class=num>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return (f"<p>UDP capture (no TCP): {_fmt(udp['datagrams'], 'int')} datagrams in "
+            f"{len(udp['flows'])} flow(s). Rates are payload on the wire, retransmitted "
+            f"frames included.</p><table>{head}{body}</table>")
+
+
+# (result.json key, label, formatter) for the headline table, in this order.
+HEADLINE = [
+    ("integrity", "integrity (SHA-256)", "auto"),
+    ("bytes", "bytes delivered", "int"),
+    ("seconds", "transfer time (s)", "float3"),
+    ("goodput_bps", "goodput (application)", "mbps"),
+    ("tcp_connect_ms", "TCP connect (ms, client probe)", "float"),
+    ("tcp_handshake_ms", "TCP handshake (ms, capture)", "float"),
+    ("error", "error", "auto"),
+]
+
+
+def _headline(config: dict[str, Any] | None, result: dict[str, Any] | None) -> str:
+    """What a researcher looks for first: the setup in one line, then the outcome."""
+    cfg = config or {}
+    bits = [f"{k} {_e(cfg[k])}" for k in ("client", "pep", "direction") if cfg.get(k) is not None]
+    link = cfg.get("link") or cfg
+    for key, label, unit in (("rtt_ms", "RTT", " ms"), ("ber", "BER", ""),
+                             ("rate_bps", "rate", " bit/s"), ("size", "size", " bytes")):
+        if isinstance(link, dict) and link.get(key) is not None:
+            bits.append(f"{label} {_e(_fmt(link[key], 'int' if key in ('rate_bps', 'size') else 'auto'))}{unit}")
+    parts = [f'<p class="lead">{", ".join(bits) or "configuration unknown"}</p>']
+    res = result or {}
+    rows = []
+    for key, label, kind in HEADLINE:
+        if res.get(key) is None:
+            continue
+        v = res[key]
+        text = f"{v:.3f}" if kind == "float3" and isinstance(v, (int, float)) else _fmt(v, kind)
+        cls = ' class="bad"' if key == "error" or (key == "integrity" and v != "ok") else " class=num"
+        rows.append(f"<tr><th>{_e(label)}</th><td{cls}>{_e(text)}</td></tr>")
+    if res.get("started") and res.get("finished"):
+        rows.append(f"<tr><th>run (UTC)</th><td>{_e(_fmt(res['started'], 'time')[:19])} to "
+                    f"{_e(_fmt(res['finished'], 'time')[11:19])}</td></tr>")
+    parts.append(f"<table>{''.join(rows)}</table>" if rows else "<p>No result recorded.</p>")
+    return "<h2>Results</h2>\n" + "\n".join(parts)
+
+
+def _end_to_end_section(e2e: dict[str, Any] | None) -> str:
+    if not e2e:
+        return ""
+    rows = [
+        ("data bytes acknowledged", _fmt(e2e["data_bytes"], "int")),
+        ("sender view: until the sender got the last ACK",
+         f"{_fmt(e2e['sender_bps'], 'mbps')} over {e2e['sender_view_s']:.3f} s"),
+        ("receiver view: until the receiver sent the last ACK",
+         f"{_fmt(e2e['receiver_bps'], 'mbps')} over {e2e['receiver_view_s']:.3f} s"),
+        ("transfer complete in the captures", "yes" if e2e.get("complete") else
+         "no: cut short, acknowledged bytes only"),
+        ("method", e2e["method"]),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return ("<h3>End to end, as the TCP spoofing study measures it</h3>"
+            "<p>From the initiator's SYN to the last ACK at each end host, across the "
+            "LAN captures (one clock): behind a split PEP a single capture only sees "
+            f"its own segment.</p><table>{body}</table>")
+
+
+def _overview(analysis: dict[str, Any], order: list[str]) -> str:
+    """One row per vantage: the figures to compare along the path."""
+    head = ["vantage", "data", "throughput (unique bytes / connection time)",
+            "sender view", "receiver view", "retransmitted pkts", "RTT samples",
+            "RTT min / avg / max (ms), every ACK", "tcptrace RTT avg / max (ms)",
+            "SACK blocks (ACKs with SACK)", "complete"]
+    rows = []
+    for v in order:
+        entry = analysis[v]
+        link = f'<a href="#vantage-{_e(v)}">{_e(v)}</a>'
+        if "udp" in entry:
+            top = entry["udp"]["flows"][0] if entry["udp"]["flows"] else None
+            rows.append([link, _e(f"UDP {top['src']} &rarr; {top['dst']}") if top else "UDP",
+                         _e(_fmt(top["rate_bps"] if top else None, "mbps")) + " (wire)"]
+                        + [""] * (len(head) - 3))
+            continue
+        main = entry.get("main")
+        if not main:
+            rows.append([link, f'<span class="error">{_e(entry.get("error", "no data"))}</span>']
+                        + [""] * (len(head) - 2))
+            continue
+        sm = main["summary"]
+        rtt = main.get("rtt") or {}
+        sack = main.get("sack") or {}
+
+        def ms(x: Any) -> str:
+            return "NA" if x is None else f"{x:.1f}"
+        rows.append([
+            link, _e(f"{sm['data_src']} &rarr; {sm['data_dst']}"),
+            _e(_fmt(sm.get("throughput_bps"), "mbps")),
+            _e(_fmt(sm.get("sender_view_bps"), "mbps")),
+            _e(_fmt(sm.get("receiver_view_bps"), "mbps")),
+            _e(_fmt(sm.get("rexmt_pkts"), "int")),
+            _e(_fmt(rtt.get("samples"), "int")),
+            f"{ms(rtt.get('min_ms'))} / {ms(rtt.get('avg_ms'))} / {ms(rtt.get('max_ms'))}",
+            f"{ms(sm.get('rtt_tcptrace_avg_ms'))} / {ms(sm.get('rtt_tcptrace_max_ms'))}",
+            f"{_fmt(sack.get('blocks'), 'int')} ({_fmt(sack.get('acks_with_sack'), 'int')})",
+            "yes" if sm.get("complete_transfer") else
+            ("no (cut short)" if sm.get("complete_transfer") is False else "NA"),
+        ])
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td class=num>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return ("<h3>Per capture point</h3><p>Main connection at each vantage (the one carrying "
+            "the most data). RTT from every ACK is measured the way tshark's "
+            "tcp.analysis.ack_rtt is (a retransmitted segment counts from its first "
+            "transmission); tcptrace's own RTT keeps never-retransmitted segments only. "
+            f"Throughput in bits per second.</p><table><tr>{th}</tr>{body}</table>")
+
+
 def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
-    """Write RUN/report.html and return its path."""
+    """Write RUN/report.html and return its path.  `window` is seconds from the
+    run's first captured packet; one window is drawn for every vantage."""
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"run directory not found: {run}")
     result, result_problem = load_json(run / "result.json")
     analysis = (result or {}).get("analysis")
     present = {v for v, p in capture_paths(run).items() if p is not None}
-    if not isinstance(analysis, dict) or not present <= set(analysis):
+    if not isinstance(analysis, dict) or not present <= set(analysis) or _stale(analysis):
         # Graphs are drawn below in any case; skip them here to avoid doing it twice.
         analysis = analyze_run(run, graphs=False, window=window)
         result, result_problem = load_json(run / "result.json")
     if window is None:
         window = configured_window(run)
+    origin, window = run_window(analysis, window)
     config, config_problem = load_json(run / "config.json")
     env, env_problem = load_json(run / "environment.json")
     metrics = {k: v for k, v in (result or {}).items() if k != "analysis"}
 
     order = [v for v in VANTAGES if v in analysis] + sorted(set(analysis) - set(VANTAGES))
     sections = [
+        _headline(config, result if result is not None else None),
+        _end_to_end_section((result or {}).get("end_to_end_throughput")),
+        _overview(analysis, order),
+        "<h2>Per vantage: metrics and graphs</h2>",
+        "<p>Metrics from tcptrace -l -r per capture point. All graphs share one "
+        "clock (time of day, UTC); the zoomed window covers the same absolute "
+        "time at every vantage.</p>",
+    ]
+    sections += [_vantage_section(run, v, analysis[v], window, origin) for v in order]
+    sections += _testbed_sections(run)
+    sections += [
+        _json_section("All result metrics", metrics if result is not None else None,
+                      result_problem),
         _json_section("Configuration", config, config_problem),
         _json_section("Environment", env, env_problem),
-        _json_section("Result metrics", metrics if result is not None else None, result_problem),
-        "<h2>Analysis</h2>",
-        "<p>Metrics from tcptrace -l -r per capture point; the main connection is the "
-        "one carrying the most data. Throughput in bits per second.</p>",
     ]
-    sections += [_vantage_section(run, v, analysis[v], window) for v in order]
-    sections += _testbed_sections(run)
     title = f"satbed run {run.resolve().name}"
     doc = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n"
            f"<p>Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} "
            f"UTC from <code>{_e(run.resolve())}</code>.</p>\n"
-           + "\n".join(sections) + "\n</body></html>\n")
+           + "\n".join(s for s in sections if s) + "\n</body></html>\n")
     # Record what was drawn, so result.json names the PNGs that exist now.
     update_result(run, analysis)
     out = run / "report.html"
     write_text(out, doc)
     return out
 
+
+def _stale(analysis: dict[str, Any]) -> bool:
+    """Stored by an older satbed: no RTT from every ACK yet, or a UDP capture
+    recorded as an error."""
+    for entry in analysis.values():
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("main") and "rtt" not in entry["main"]:
+            return True
+        if "no TCP packets traced" in str(entry.get("error", "")):
+            return True
+    return False

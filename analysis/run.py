@@ -17,7 +17,7 @@ from satbed.files import write_json
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
-from .acks import ack_rtt, sack_stats
+from .acks import ack_rtt, first_retransmission, sack_stats
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
@@ -83,6 +83,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         "sack": sack.to_dict(),
         # The ACK side's SACKs describe the data direction's losses.
         "sack_blocks_seen": sack.blocks,
+        # Where the run's zoom window goes (one window for every vantage).
+        "first_retransmission": first_retransmission(packets, data.src, data.dst),
         "spoofing_throughput": None,
     }
     st = spoofing_throughput(packets, data.src, data.dst) if packets else None
@@ -122,7 +124,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
 
 
 def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
-                    window: "Window | None" = None) -> dict[str, Any]:
+                    window: "Window | None" = None,
+                    origin: float | None = None) -> dict[str, Any]:
     """Metrics for one capture; raises CaptureError/TcptraceError on failure."""
     outdir.mkdir(parents=True, exist_ok=True)
     if not pcap.is_file():
@@ -132,6 +135,10 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         summary = pcapmod.read_tcp(src)
     except pcapmod.PcapError as e:
         raise CaptureError(str(e)) from e
+    if not summary.packets and summary.udp:
+        # Saratoga (and other UDP transfers): tcptrace has nothing to say.
+        return {"capture": str(pcap), "packets": summary.records, "tcp_packets": 0,
+                "udp": udp_view(summary.udp)}
     tt = run_tcptrace(src, outdir)
     conns = parse_long(tt.long_text)
     apply_csv_seconds(conns, tt.csv.read_text(errors="replace"))
@@ -160,13 +167,46 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         # Partial numbers stay available but flagged: they undercount.
         return {"error": f"truncated capture {pcap.name}: {detail}", "partial": out}
     if graphs:
-        from .tsg import make_graphs  # matplotlib import is slow; only when drawing
-        try:
-            out["graphs"] = make_graphs(outdir, main, src, window)
-        except Exception as e:  # a drawing failure must not lose the metrics
-            out["graph_error"] = f"{type(e).__name__}: {e}"
-        out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
+        draw_graphs(out, outdir, src, window, origin)
     return out
+
+
+def udp_view(datagrams: list[pcapmod.UdpPacket]) -> dict[str, Any]:
+    """Per-flow datagram counts and rates of a UDP capture, biggest flow first.
+
+    A flow is one direction (src -> dst); its rate is payload bits over the
+    time from its first to its last datagram (wire rate: Saratoga's
+    retransmitted frames included, unlike the application's goodput).
+    """
+    flows: dict[tuple[str, int, str, int], list[float]] = {}
+    for d in datagrams:
+        f = flows.setdefault((d.src, d.sport, d.dst, d.dport), [0, 0, d.ts, d.ts])
+        f[0] += 1
+        f[1] += d.payload
+        f[2] = min(f[2], d.ts)
+        f[3] = max(f[3], d.ts)
+    rows = []
+    for (src, sport, dst, dport), (n, nbytes, first, last) in flows.items():
+        span = last - first
+        rows.append({"src": f"{src}:{sport}", "dst": f"{dst}:{dport}", "datagrams": int(n),
+                     "payload_bytes": int(nbytes), "first_packet": first, "last_packet": last,
+                     "duration_s": span, "rate_bps": 8 * nbytes / span if span > 0 else None})
+    rows.sort(key=lambda r: -r["payload_bytes"])
+    return {"datagrams": len(datagrams), "flows": rows}
+
+
+def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: "Window | None",
+                origin: float | None) -> None:
+    """xplot files and PNGs of a vantage's main connection, into out["graphs"]."""
+    from .tsg import generate_xplot, draw_from_xpl  # matplotlib import is slow; only when drawing
+    main = out["main"]
+    data = main[main["data_direction"]]
+    try:
+        generate_xplot(pcap, outdir, main["index"])
+        out["graphs"] = draw_from_xpl(outdir, data["src"], data["dst"], window, origin)
+    except Exception as e:  # a drawing failure must not lose the metrics
+        out["graph_error"] = f"{type(e).__name__}: {e}"
+    out["outputs"] = sorted(p.name for p in outdir.iterdir() if p.is_file())
 
 
 def analyze_run(run_dir: Path | str, graphs: bool = True,
@@ -175,8 +215,10 @@ def analyze_run(run_dir: Path | str, graphs: bool = True,
 
     Returns {vantage: metrics or {"error": ...}}.  One bad capture never
     prevents the others from being analysed.  The zoomed time-sequence graph
-    uses `window`, else config.json's "tsg_window" {"start_s", "duration_s"},
-    else a window around the first retransmission.
+    uses `window` (seconds from the run's first captured packet), else
+    config.json's "tsg_window" {"start_s", "duration_s"}, else a window around
+    the run's first retransmission: chosen once and drawn at the same absolute
+    time for every vantage.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -184,17 +226,43 @@ def analyze_run(run_dir: Path | str, graphs: bool = True,
     if window is None:
         window = configured_window(run)
     analysis: dict[str, Any] = {}
+    sources: dict[str, Path] = {}
     for vantage, pcap in capture_paths(run).items():
         if pcap is None:
             analysis[vantage] = {"error": f"capture missing: captures/{vantage}.pcap"}
             continue
+        outdir = run / "analysis" / vantage
         try:
-            analysis[vantage] = analyze_capture(pcap, run / "analysis" / vantage,
-                                                 graphs=graphs, window=window)
+            analysis[vantage] = analyze_capture(pcap, outdir, graphs=False)
+            sources[vantage] = _classic_pcap(pcap, outdir)
         except (CaptureError, TcptraceError, OSError) as e:
             analysis[vantage] = {"error": str(e)}
+    if graphs:
+        origin, window = run_window(analysis, window)
+        for vantage, src in sources.items():
+            if "main" in analysis[vantage]:
+                draw_graphs(analysis[vantage], run / "analysis" / vantage, src, window, origin)
     update_result(run, analysis)
     return analysis
+
+
+def run_window(analysis: dict[str, Any],
+               window: "Window | None") -> tuple[float | None, "Window | None"]:
+    """(time origin, zoom window) of a run: the origin is the earliest main-connection
+    packet of any vantage; without an explicit window, one around the earliest
+    retransmission any vantage saw.  (None, window) when no vantage has a main."""
+    from .tsg import choose_window
+    mains = [e["main"] for e in analysis.values() if isinstance(e, dict) and e.get("main")]
+    firsts = [m["first_packet"] for m in mains if m.get("first_packet") is not None]
+    lasts = [m["last_packet"] for m in mains if m.get("last_packet") is not None]
+    if not firsts or not lasts:
+        return None, window
+    origin = min(firsts)
+    if window is None:
+        rexmts = [m["first_retransmission"] for m in mains
+                  if m.get("first_retransmission") is not None]
+        window = choose_window(origin, max(lasts), min(rexmts) if rexmts else None)
+    return origin, window
 
 
 def load_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -222,28 +290,87 @@ def configured_window(run: Path) -> "Window | None":
         return None
 
 
-def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
-    """The main connection's connect time as its initiator saw it: SYN to
-    SYN/ACK on the initiator's own port (lan_a for Client A, lan_b for Client
-    B), from the capture. A split PEP answers the SYN from the LAN, so with one
-    this is LAN-short; end to end it is one satellite RTT."""
+def _host_ports(run: Path) -> dict[str, str]:
+    """{"lan_a": Client A's IP, "lan_b": Client B's IP}: which end host sits
+    next to each LAN capture, from the run's config (empty when unknown)."""
     config, _ = load_json(run / "config.json")
     hosts = ((config or {}).get("topology_spec") or {}).get("hosts", {})
     plan = (config or {}).get("plan") or {}
     # The main flow's hosts as the runner resolved them (older runs: the chain's ends).
     ends = [plan.get("a"), plan.get("b")] if plan.get("a") else [*list(hosts)[:1], *list(hosts)[-1:]]
     if len(ends) < 2 or not all(e in hosts for e in ends):
-        return None
-    port_of = {"lan_a": hosts[ends[0]].get("ip", ""), "lan_b": hosts[ends[1]].get("ip", "")}
-    for vantage, cidr in port_of.items():
+        return {}
+    out = {"lan_a": str(hosts[ends[0]].get("ip", "")).split("/")[0],
+           "lan_b": str(hosts[ends[1]].get("ip", "")).split("/")[0]}
+    return {k: v for k, v in out.items() if v}
+
+
+def _ip(addr: Any) -> str:
+    return str(addr or "").rsplit(":", 1)[0]
+
+
+def handshake_from_capture(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """The main connection's connect time as its initiator saw it: SYN to
+    SYN/ACK on the initiator's own port (lan_a for Client A, lan_b for Client
+    B), from the capture. A split PEP answers the SYN from the LAN, so with one
+    this is LAN-short; end to end it is one satellite RTT."""
+    for vantage, ip in _host_ports(run).items():
         main = (analysis.get(vantage) or {}).get("main")
-        if not main or not cidr:
+        if not main:
             continue
         opener = main.get("a2b") or {}
-        if str(opener.get("src", "")).rsplit(":", 1)[0] == cidr.split("/")[0] and \
+        if _ip(opener.get("src")) == ip and \
                 opener.get("rtt_3whs_ms") is not None and (opener.get("syn_pkts") or 0) > 0:
             return {"tcp_handshake_ms": opener["rtt_3whs_ms"], "tcp_handshake_vantage": vantage}
     return None
+
+
+def end_to_end(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
+    """Sender- and receiver-view throughput of the whole transfer, across vantages.
+
+    Behind a split PEP each capture sees only its own segment, so one vantage's
+    views describe client <-> PEP.  All captures share one clock, and the LAN
+    captures sit next to the end hosts, so the study's end-to-end figures are:
+    start = the initiator's SYN on its own LAN port, sender end = the last ACK
+    on the sender's LAN port, receiver end = the last ACK on the receiver's LAN
+    port; bytes = what the receiver acknowledged.  Without a PEP this equals
+    the single-vantage views; None when either LAN capture lacks them.
+    """
+    ports = _host_ports(run)
+    views: dict[str, dict[str, Any]] = {}
+    for vantage in ports:
+        main = (analysis.get(vantage) or {}).get("main") or {}
+        st = main.get("spoofing_throughput")
+        if st and st.get("sender_end") is not None:
+            views[vantage] = {**st, "data_src": main["summary"]["data_src"],
+                              "data_dst": main["summary"]["data_dst"]}
+    if len(views) < 2:
+        return None
+    by_ip = {ip: v for v, ip in ports.items()}
+    anyview = next(iter(views.values()))
+    sender_v = by_ip.get(_ip(anyview["data_src"]))
+    receiver_v = by_ip.get(_ip(anyview["data_dst"]))
+    init_v = by_ip.get(_ip(anyview.get("initiator")))
+    if not (sender_v and receiver_v and init_v) or sender_v == receiver_v:
+        return None
+    snd, rcv, ini = views[sender_v], views[receiver_v], views[init_v]
+    start = ini["start"]
+    nbytes = rcv["data_bytes"]
+    sv = snd["sender_end"] - start
+    rv = rcv["receiver_end"] - start
+    return {
+        "data_bytes": nbytes,
+        "start": start,
+        "sender_end": snd["sender_end"],
+        "receiver_end": rcv["receiver_end"],
+        "sender_view_s": sv,
+        "receiver_view_s": rv,
+        "sender_bps": 8 * nbytes / sv if sv > 0 else 0.0,
+        "receiver_bps": 8 * nbytes / rv if rv > 0 else 0.0,
+        "complete": bool(snd.get("complete", True) and rcv.get("complete", True)),
+        "method": f"start: SYN on {init_v}; sender end: last ACK on {sender_v}; "
+                  f"receiver end: last ACK on {receiver_v}",
+    }
 
 
 def update_result(run: Path, analysis: dict[str, Any]) -> None:
@@ -260,7 +387,10 @@ def update_result(run: Path, analysis: dict[str, Any]) -> None:
             # Keep the unreadable original next to the new file instead of losing it.
             path.replace(run / "result.json.corrupt")
     result["analysis"] = analysis
-    for key in ("tcp_handshake_ms", "tcp_handshake_vantage"):
+    for key in ("tcp_handshake_ms", "tcp_handshake_vantage", "end_to_end_throughput"):
         result.pop(key, None)
     result.update(handshake_from_capture(run, analysis) or {})
+    e2e = end_to_end(run, analysis)
+    if e2e is not None:
+        result["end_to_end_throughput"] = e2e
     write_json(path, result)

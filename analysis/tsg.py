@@ -27,6 +27,7 @@ segments, orange SYN/FIN markers.
 
 from __future__ import annotations
 
+import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -38,6 +39,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.path import Path as MPath  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .tcptrace import Connection, TcptraceError, _run, TCPTRACE  # noqa: E402
 
@@ -89,8 +91,19 @@ TEXT_ALIGN = {"text": ("center", "center"), "atext": ("center", "bottom"),
 
 @dataclass
 class Window:
-    start: float  # seconds from the first packet (xplot -zx axis)
+    """A zoom window: `start` seconds after a time origin, `duration` seconds long.
+
+    The origin is the run's first captured packet (every vantage shares it, so
+    one window covers the same absolute time in every graph), or for a lone
+    xplot file its own first x value.
+    """
+    start: float
     duration: float
+
+
+# tcptrace's throughput for two segments with no time between them: 2^31 - 1 B/s
+# (or per-microsecond values in the GB/s); never a rate a link carried.
+TPUT_SENTINEL_BPS = float(2**31 - 1)
 
 
 @dataclass
@@ -181,6 +194,22 @@ def read_xplot(path: Path) -> Xplot:
     return parse_xplot(Path(path).read_text(errors="replace"))
 
 
+def time_of_day(t: float, digits: int = 3) -> str:
+    """Epoch seconds -> 'HH:MM:SS.mmm' UTC."""
+    dt = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    return dt.strftime("%H:%M:%S.%f")[:9 + digits] if digits else dt.strftime("%H:%M:%S")
+
+
+def _time_of_day(x: float, _pos: int | None = None) -> str:
+    return time_of_day(x)
+
+
+def x_origin(xp: Xplot) -> float:
+    """The first x value of the plot (its first packet), 0.0 for an empty one."""
+    b = xp.bounds()
+    return b[0] if b is not None else 0.0
+
+
 # ------------------------------------------------------------------ drawing
 
 TSG_LEGEND = [
@@ -192,10 +221,12 @@ TSG_LEGEND = [
     ("uarrow", "red", "retransmissions (R)"),
     ("line", "purple", "SACK blocks"),
 ]
+# tcptrace counts every byte on the wire here, retransmissions included: under
+# loss these read above the goodput (the tables' unique-byte figures).
 TPUT_LEGEND = [
     ("dot", "yellow", "instantaneous (per segment)"),
-    ("line", "red", "average over last 10 segments"),
-    ("line", "blue", "average since start"),
+    ("line", "red", "wire rate over the last 10 segments (retransmissions included)"),
+    ("line", "blue", "wire rate since the first segment (retransmissions included)"),
 ]
 RTT_LEGEND = [("line", "red", "RTT sample")]
 
@@ -295,8 +326,13 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
         elif b is not None:
             pad = (b[1] - b[0]) * 0.02 or 0.5
             ax.set_xlim(b[0] - pad, b[1] + pad)
+        cropped_above: float | None = None
         if ylim is None:
             ylim = _focus_ylim(elems)
+            if ylim is not None:
+                # Say so on the graph: a silently cropped window line reads as "no window".
+                cropped_above = max(y for e in elems if e.kind == "line" or e.kind in MARKERS
+                                    for y in e.ys)
         if ylim is not None:
             ax.set_ylim(ylim[0] * yscale, ylim[1] * yscale)
         elif b is not None:
@@ -307,7 +343,17 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
         ax.set_xlabel(xlabel if xlabel is not None else xp.xlabel, color=FOREGROUND)
         ax.set_ylabel(ylabel if ylabel is not None else xp.ylabel, color=FOREGROUND)
         ax.grid(True, color="#303030", lw=0.5)
-        ax.ticklabel_format(axis="both", style="plain", useOffset=False)
+        ax.ticklabel_format(axis="y", style="plain", useOffset=False)
+        if xp.xtype == "timeval":
+            # Absolute capture time: every vantage's graph reads on one clock.
+            ax.xaxis.set_major_formatter(FuncFormatter(_time_of_day))
+        else:
+            ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+        if cropped_above is not None:
+            ax.text(0.01, 0.98, f"advertised window line runs above the plot, up to "
+                    f"{cropped_above * yscale:,.0f}: cropped to show the data",
+                    transform=ax.transAxes, color=PALETTE["yellow"], fontsize=8,
+                    ha="left", va="top")
         if legend:
             # Below the axes: inside it would hide the start of the transfer.
             leg = ax.legend(handles=_legend_handles(legend), loc="upper center",
@@ -327,14 +373,16 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
 
 def generate_xplot(pcap: Path, outdir: Path, conn_index: int,
                    timeout: float = 300.0) -> list[Path]:
-    """Run tcptrace -S -T -R -zxy for one connection; returns the .xpl files.
+    """Run tcptrace -S -T -R -zy for one connection; returns the .xpl files.
 
+    x stays absolute capture time (not -zx, which restarts at each capture's
+    own first packet) so graphs of different vantages share one time axis.
     Old .xpl files are removed first so a rerun never mixes connections.
     """
     outdir.mkdir(parents=True, exist_ok=True)
     for old in outdir.glob("*.xpl"):
         old.unlink()
-    res = _run([TCPTRACE, "-n", "-zxy", "-S", "-T", "-R", f"-o{conn_index}",
+    res = _run([TCPTRACE, "-n", "-zy", "-S", "-T", "-R", f"-o{conn_index}",
                 str(Path(pcap).resolve())], outdir, timeout)
     (outdir / "xplot.stdout").write_text(res.stdout)
     if res.returncode != 0:
@@ -354,39 +402,66 @@ def find_xpl(outdir: Path, kind: str, src: str, dst: str) -> Path | None:
 
 
 
-def default_window(xp: Xplot, duration: float = 1.0) -> Window:
-    """A window like the study's: `duration` seconds around the first retransmission.
+def choose_window(origin: float, end: float, first_rexmt: float | None,
+                  duration: float = 1.0) -> Window:
+    """A window like the study's: `duration` seconds around the first retransmission
+    (a quarter of it before), relative to `origin`; the middle of the transfer
+    without one.  A transfer shorter than four windows gets a fifth of its length."""
+    total = max(end - origin, 0.0)
+    if total < 4 * duration:
+        duration = max(total / 5, 1e-3)
+    centre = first_rexmt if first_rexmt is not None else origin + total / 2
+    start = min(max(origin, centre - duration / 4), max(origin, end - duration))
+    return Window(start - origin, duration)
 
-    Short transfers get a fifth of their length so the window is still a zoom.
-    """
+
+def default_window(xp: Xplot, duration: float = 1.0) -> Window:
+    """choose_window for one xplot file alone, relative to its first x."""
     b = xp.bounds()
     if b is None:
         return Window(0.0, duration)
-    x0, x1 = b[0], b[1]
-    total = x1 - x0
-    if total < 4 * duration:
-        duration = max(total / 5, 1e-3)
     rexmt = [e.coords[0] for e in xp.elements if e.kind in TEXTS and e.text == "R"]
-    centre = min(rexmt) if rexmt else x0 + total / 2
-    start = min(max(x0, centre - duration / 4), max(x0, x1 - duration))
-    return Window(start, duration)
+    return choose_window(b[0], b[1], min(rexmt) if rexmt else None, duration)
 
 
-def draw_tsg(xpl: Path, outdir: Path, window: Window | None = None) -> dict[str, str]:
+def _axis_label(xp: Xplot) -> str:
+    return "time of day (UTC)" if xp.xtype == "timeval" else "time since first packet (s)"
+
+
+def draw_tsg(xpl: Path, outdir: Path, window: Window | None = None,
+             origin: float | None = None) -> dict[str, str]:
+    """Whole-transfer and zoomed time-sequence graphs; `window` is relative to
+    `origin` (default: this plot's own first packet)."""
     xp = read_xplot(xpl)
-    w = window or default_window(xp)
+    own = x_origin(xp) if xp.xtype == "timeval" else 0.0
+    if origin is None or xp.xtype != "timeval":
+        # A relative (-zx) plot from an older run cannot be placed on the run's clock.
+        origin = own
+    w = window
+    if w is None:
+        d = default_window(xp)
+        w = Window(d.start + own - origin, d.duration)
+    x0 = origin + w.start
     full = render(xp, outdir / "tsg_full.png", legend=TSG_LEGEND,
-                  xlabel="time since first packet (s)", ylabel="sequence offset (bytes)")
-    zoom = render(xp, outdir / "tsg_window.png", xlim=(w.start, w.start + w.duration),
-                  legend=TSG_LEGEND, title=f"{xp.title}, {w.duration:g} s from {w.start:.3f} s",
-                  xlabel="time since first packet (s)", ylabel="sequence offset (bytes)")
+                  xlabel=_axis_label(xp), ylabel="sequence offset (bytes)")
+    when = time_of_day(x0) + " UTC" if xp.xtype == "timeval" else f"{x0:.3f} s"
+    zoom = render(xp, outdir / "tsg_window.png", xlim=(x0, x0 + w.duration),
+                  legend=TSG_LEGEND, title=f"{xp.title}, {w.duration:g} s from {when}",
+                  xlabel=_axis_label(xp), ylabel="sequence offset (bytes)")
     return {"tsg_full": full.name, "tsg_window": zoom.name,
-            "window_start_s": f"{w.start:.6f}", "window_duration_s": f"{w.duration:g}"}
+            "window_start_s": f"{w.start:.6f}", "window_duration_s": f"{w.duration:g}",
+            "window_start": f"{x0:.6f}"}
 
 
 def draw_tput(xpl: Path, outdir: Path) -> str:
     xp = read_xplot(xpl)
-    # Per-segment "instantaneous" points reach GB/s for back-to-back segments;
+    # Zero-interval samples carry tcptrace's 2^31 B/s sentinel (or GB/s for
+    # segments a microsecond apart); they would set a 0-20 Gbit/s axis with
+    # the real rates flat on zero.  Drop them from the drawing.
+    xp = Xplot(xp.xtype, xp.ytype, xp.title, xp.xlabel, xp.ylabel,
+               [e for e in xp.elements
+                if not (e.kind not in TEXTS and max(e.ys) >= TPUT_SENTINEL_BPS)])
+    # Per-segment "instantaneous" points still reach far above the averages;
     # scale the axis to the averaged curves like one would zoom in xplot.
     avg = [y for e in xp.elements if e.colour in ("red", "blue") and e.kind in ("line", "dot")
            for y in e.ys]
@@ -396,24 +471,25 @@ def draw_tput(xpl: Path, outdir: Path) -> str:
     top = avg[int(0.98 * (len(avg) - 1))] if avg else 0.0
     ylim = (0.0, top * 1.3) if top > 0 else None
     out = render(xp, outdir / "tput.png", legend=TPUT_LEGEND, ylim=ylim, yscale=8e-6,
-                 xlabel="time since first packet (s)", ylabel="throughput (Mbit/s)")
+                 xlabel=_axis_label(xp), ylabel="throughput (Mbit/s)")
     return out.name
 
 
 def draw_rtt(xpl: Path, outdir: Path) -> str:
     xp = read_xplot(xpl)
     out = render(xp, outdir / "rtt.png", legend=RTT_LEGEND,
-                 xlabel="time since first packet (s)", ylabel="RTT (ms)")
+                 title=f"{xp.title}: tcptrace's samples (never-retransmitted segments only)",
+                 xlabel=_axis_label(xp), ylabel="RTT (ms)")
     return out.name
 
 
-def draw_from_xpl(outdir: Path, src: str, dst: str,
-                  window: Window | None = None) -> dict[str, str]:
+def draw_from_xpl(outdir: Path, src: str, dst: str, window: Window | None = None,
+                  origin: float | None = None) -> dict[str, str]:
     """Redraw every PNG from the stored .xpl files of the src -> dst direction."""
     graphs: dict[str, str] = {}
     tsg = find_xpl(outdir, "tsg", src, dst)
     if tsg is not None:
-        graphs.update(draw_tsg(tsg, outdir, window))
+        graphs.update(draw_tsg(tsg, outdir, window, origin))
     tput = find_xpl(outdir, "tput", src, dst)
     if tput is not None:
         graphs["tput"] = draw_tput(tput, outdir)
@@ -423,10 +499,10 @@ def draw_from_xpl(outdir: Path, src: str, dst: str,
     return graphs
 
 
-def make_graphs(outdir: Path, conn: Connection, pcap: Path,
-                window: Window | None = None) -> dict[str, str]:
+def make_graphs(outdir: Path, conn: Connection, pcap: Path, window: Window | None = None,
+                origin: float | None = None) -> dict[str, str]:
     """xplot files for the main connection plus PNGs of its data direction."""
     generate_xplot(pcap, outdir, conn.index)
     data, _ = conn.data_direction()
-    return draw_from_xpl(outdir, data.src, data.dst, window)
+    return draw_from_xpl(outdir, data.src, data.dst, window, origin)
 

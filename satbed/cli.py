@@ -183,12 +183,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     """A run directory gets its own report (redrawn from the stored captures
     and xplot files); a matrix directory gets the charts."""
     import os
+    window = None
+    if args.window is not None:
+        if not args.window[1] > 0 or not args.window[0] >= 0:
+            raise SatbedError("--window START_S DURATION_S: start >= 0 and duration > 0 seconds")
+        from analysis.tsg import Window
+        window = Window(*args.window)
     if os.path.isfile(os.path.join(args.dir, "result.json")):
-        from analysis import report, run
-        if not os.path.isdir(os.path.join(args.dir, "analysis")):
-            run.analyze_run(args.dir)
-        print(report.write_report(args.dir))
+        from analysis import report
+        # write_report analyses first when the stored analysis is missing or stale.
+        print(report.write_report(args.dir, window=window))
         return 0
+    if window is not None:
+        raise SatbedError("--window applies to a run directory's report, not a matrix's")
     from satbed import charts
     print(charts.build(args.dir))
     return 0
@@ -282,6 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("report", help="HTML report of a run directory, or charts and CSV of a matrix")
     rp.add_argument("dir", help="a run directory, or the --out directory of `satbed matrix`")
+    rp.add_argument("--window", nargs=2, type=float, metavar=("START_S", "DURATION_S"),
+                    help="run report: the zoomed time-sequence window, in seconds from the "
+                         "run's first captured packet, drawn at that same time for every "
+                         "capture point (default: around the first retransmission)")
     rp.set_defaults(fn=cmd_report, needs_root=False)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")

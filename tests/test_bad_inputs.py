@@ -198,6 +198,10 @@ CASES: list[tuple[str, ...]] = [
     ("report", "{tmp}/corrupt"),
     ("report", "{tmp}/emptydir"),
     ("report", ""),
+    ("report", "{tmp}/emptydir", "--window", "1", "0"),
+    ("report", "{tmp}/emptydir", "--window", "-1", "1"),
+    ("report", "{tmp}/emptydir", "--window", "one", "1"),
+    ("report", "{tmp}/emptydir", "--window", "1"),
     # other commands
     ("pep-check", "Not An Image!"),
     ("pep-check", ""),

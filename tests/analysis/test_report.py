@@ -22,14 +22,21 @@ def test_report_sections_and_images(run_dir: Path) -> None:
     path = write_report(run_dir)
     assert path == run_dir / "report.html"
     html = path.read_text()
-    for section in ("<h2>Configuration</h2>", "<h2>Environment</h2>", "<h2>Result metrics</h2>",
-                    "<h2>Analysis</h2>", "Vantage lan_a", "Vantage wan_a", "Vantage wan_b", "Vantage lan_b"):
+    for section in ("<h2>Results</h2>", "<h3>Per capture point</h3>", "<h2>Configuration</h2>",
+                    "<h2>Environment</h2>", "<h2>All result metrics</h2>",
+                    "Vantage lan_a", "Vantage wan_a", "Vantage wan_b", "Vantage lan_b"):
         assert section in html, section
+    # Results lead; settings follow the graphs, folded.
+    assert html.index("<h2>Results</h2>") < html.index("Vantage lan_a") < html.index(
+        "<h2>Configuration</h2>")
+    text = re.sub(r'src="data:[^"]+"', "", html)
+    assert not re.search(r"\de\+\d", text)  # no 1.79537e+09 anywhere
+    assert "retransmitted packets" in html and "tcptrace RTT avg (ms)" in html
+    assert "RTT min / avg / max (ms), every ACK" in html and "SACK blocks (ACKs with SACK)" in html
     # The stored configuration, environment and metrics, as the runner wrote them.
     assert "nuttcp-tcp" in html and "10.99.99.1/24" in html
     assert "tcpdump version 4.99.3" in html and "c0ac865fdff0e74625fa5ea4200b3201624f0889" in html
     assert "416125a984faadb0c084ffb04d3497abef5c18696cb0070a4737b983594d5b91" in html
-    assert "retransmitted packets" in html and "RTT avg (ms)" in html
     assert "sender view" in html and "receiver view" in html
     assert 'class="error">truncated capture wan_a.pcap' in html
     assert "not a pcap file" in html
@@ -61,7 +68,8 @@ def test_report_without_side_files(tmp_path: Path) -> None:
     run.mkdir()
     html = write_report(run).read_text()
     assert "config.json missing" in html and "environment.json missing" in html
-    assert html.count("capture missing") == 4
+    # Each in the overview table and in its vantage's section.
+    assert html.count("capture missing") == 8
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -48,3 +48,31 @@ def test_cut_short_measures_what_was_acknowledged() -> None:
     assert st.data_bytes == 2000
     assert "1000 bytes sent but never acknowledged" in st.method
     assert st.receiver_bps == pytest.approx(8 * 2000 / 2.3)
+
+
+def test_end_to_end_views_span_the_lan_captures(tmp_path) -> None:
+    """Behind a split PEP: start at A's SYN on lan_a, sender end on lan_b
+    (B's last ACK came from PEP B), receiver end on lan_a."""
+    import json
+
+    from analysis.run import end_to_end
+
+    (tmp_path / "config.json").write_text(json.dumps({"topology_spec": {"hosts": {
+        "clientA": {"ip": "10.0.0.2/24"}, "clientB": {"ip": "10.0.0.254/24"}}}}))
+
+    def vantage(start: float, snd_end: float, rcv_end: float, nbytes: int) -> dict:
+        return {"main": {"summary": {"data_src": "10.0.0.254:22", "data_dst": "10.0.0.2:40000"},
+                         "spoofing_throughput": {"start": start, "sender_end": snd_end,
+                                                 "receiver_end": rcv_end, "data_bytes": nbytes,
+                                                 "initiator": "10.0.0.2:40000",
+                                                 "complete": True}}}
+
+    analysis = {"lan_a": vantage(100.0, 115.0, 116.0, 2000), "lan_b": vantage(100.3, 112.0, 111.9, 2000),
+                "wan_a": {"error": "capture missing"}}
+    e = end_to_end(tmp_path, analysis)
+    assert e is not None
+    assert (e["start"], e["sender_end"], e["receiver_end"]) == (100.0, 112.0, 116.0)
+    assert e["sender_bps"] == pytest.approx(8 * 2000 / 12.0)
+    assert e["receiver_bps"] == pytest.approx(8 * 2000 / 16.0)
+    del analysis["lan_b"]
+    assert end_to_end(tmp_path, analysis) is None
