@@ -497,12 +497,23 @@ def build(out: str) -> str:
         runs = store.runs()
     write_csv(os.path.join(out, "results.csv"), rows)
     os.makedirs(os.path.join(out, "charts"), exist_ok=True)
+    from satbed import studies
+    study = studies.pages(out, rows)
     charts = []
-    for name, title, x, fixed, want in CHARTS:
-        c = draw_chart(rows, name, title, x, fixed, want)
-        with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
-            f.write(c["png"])
-        charts.append(c)
+    # A study's own page replaces the Global Hawk charts (their axes, BER
+    # and RTT, are not what those studies vary). A matrix with variants (e.g. the Global Hawk hosts axis: today's and
+    # the study's) draws the three charts once per variant: pooling them
+    # would average different hosts into one point.
+    variants = sorted({r.params.get("variant") or "" for r in rows})
+    for variant in variants if not study else []:
+        vrows = [r for r in rows if (r.params.get("variant") or "") == variant]
+        for name, title, x, fixed, want in CHARTS:
+            if variant:
+                name, title = f"{name}_{variant}", f"{title} ({variant})"
+            c = draw_chart(vrows, name, title, x, fixed, want)
+            with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
+                f.write(c["png"])
+            charts.append(c)
 
     experiments = sorted({r.experiment for r in rows})
     status = Counter(r.status for r in rows)
@@ -519,7 +530,9 @@ def build(out: str) -> str:
         parts.append("<h2>Failures</h2><p class='failed'>" +
                      f"{sum(n for _, n in reasons)} cells did not measure; their reasons, most common first:</p>" +
                      _table(["cells", "reason"], [[str(n), text] for text, n in reasons]))
-    parts.append("<h2>Charts</h2>")
+    parts.extend(study)
+    if charts:
+        parts.append("<h2>Charts</h2>")
     for c in charts:
         twin = next((o for o in charts if o is not c and o["x"] == c["x"] and o["fixed"] == c["fixed"]
                      and o["value"] is not None and o["value"] == c["value"]), None)
