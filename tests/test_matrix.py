@@ -509,3 +509,60 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
         assert open(os.path.join(out, "cells", h, "cell.exit")).read().strip() == "0"
         assert log.count("satbed matrix") == 0
     assert _leftovers(out) == []
+
+
+def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
+    """Only RTT 600 ms: Chart 1 (RTT 0) would repeat Chart 2 and is not drawn;
+    the summary carries the cells' capture figures and no empty ping column."""
+    from satbed import charts
+    from satbed.store import CellRow, Store
+    out = str(tmp_path / "c")
+    os.makedirs(out)
+
+    def analysed(rtt_avg: float, rexmt: int, sacks: int) -> dict:
+        def vantage(rtt_to_sender: float) -> dict:
+            return {"main": {"summary": {"rtt_avg_ms": rtt_avg + rtt_to_sender, "rexmt_pkts": rexmt,
+                                         "sack_blocks_seen": sacks},
+                             "spoofing_throughput": {"rtt_vantage_sender_ms": rtt_to_sender}}}
+        # Download: wan_b sits next to the sender (Client B), wan_a 600 ms away.
+        return {"goodput_bps": 2e6, "analysis": {"wan_a": vantage(600.0), "wan_b": vantage(0.1)},
+                "end_to_end_throughput": {"sender_bps": 2.2e6, "receiver_bps": 2.1e6}}
+
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for rep, (rtt_avg, rexmt, sacks) in enumerate(((700.0, 10, 30), (900.0, 20, 50))):
+            s.put(CellRow(hash=f"{rep:016x}", experiment="c",
+                          params={"client": "scp", "pep": "none", "rtt": 600.0, "ber": 1e-5, "size": 1 << 20,
+                                  "direction": "download"},
+                          config={}, repetition=rep, status="ok", goodput_bps=2e6,
+                          metrics=analysed(rtt_avg, rexmt, sacks)))
+    page = open(charts.build(out)).read()
+    assert "so it is not drawn twice" in page
+    assert not os.path.exists(os.path.join(out, "charts", "chart1.png"))
+    assert os.path.exists(os.path.join(out, "charts", "chart2.png"))
+    assert "ping RTT ms" not in page
+    for column in ("sender view Mbit/s", "receiver view Mbit/s", "RTT avg ms (satellite hop)",
+                   "retransmitted pkts (satellite hop)", "SACK blocks (satellite hop)"):
+        assert column in page, column
+    # Means over the two repetitions, at wan_b (next to the sender).
+    assert "<td>800.1</td>" in page and "<td>15</td>" in page and "<td>40</td>" in page
+    assert "<td>2.200</td>" in page and "<td>2.100</td>" in page
+    rows = open(os.path.join(out, "results.csv")).read().splitlines()
+    assert "sat_rtt_ms_avg" in rows[0] and "800.1" not in rows[1] and "700.1" in rows[1]
+
+
+def test_gallery_draws_ftp_and_scp_first(tmp_path):
+    from satbed import charts
+    from satbed.store import CellRow
+    out = str(tmp_path / "g")
+    rows = []
+    for i, (client, pep) in enumerate((("ftp", "none"), ("ftp", "pepd"), ("ftp", "pepsal"), ("scp", "none"),
+                                       ("scp", "pepd"), ("scp", "pepsal"))):
+        h = f"{i:016x}"
+        d = os.path.join(out, "cells", h)
+        os.makedirs(d)
+        open(os.path.join(d, "report.html"), "w").write("<html></html>")
+        rows.append(CellRow(hash=h, experiment="g", params={"client": client, "pep": pep, "rtt": 600.0,
+                                                            "ber": 1e-5}, config={}, repetition=0, status="ok"))
+    shown = charts.gallery(out, rows, stream=open(os.devnull, "w"))
+    first = [(it["row"].params["client"], it["row"].params["pep"]) for it in shown[:charts.GALLERY_DRAWN]]
+    assert {c for c, _ in first} == {"ftp", "scp"}

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"satbed/pep/access"
 	"satbed/pep/nfqueue"
 	"satbed/pep/options"
 	"satbed/pep/relay"
@@ -98,6 +99,7 @@ type Server struct {
 
 	connLog *stats.ConnLog
 	running atomic.Bool
+	access  accessState
 
 	// End-to-end handshake mode (handshake=end-to-end): the client's SYN
 	// waits in queue until the upstream connect has an answer; held maps
@@ -132,6 +134,7 @@ const wanPortMark = 4
 type entry struct {
 	pair *relay.Pair
 	side *side
+	acc  *access.Conn // nil unless the access-node buffer or outage detection is on
 }
 
 // New validates the configuration and prepares a server.
@@ -165,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Run(ctx context.Context) error {
 	defer s.abortCancel()
 	defer s.pool.Close()
+	defer s.closeAccessFiles()
 	s.start = time.Now()
 	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -519,8 +523,10 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 		// Shutdown began while dialling: drain no longer aborts us.
 		e.pair.Abort("shutdown", nil)
 	}
+	stopAccess := s.attachAccess(id, e, c, up)
 
 	reason, rerr := e.pair.Run()
+	stopAccess()
 
 	s.mu.Lock()
 	delete(s.conns, id)
@@ -800,6 +806,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 	if s.connLog != nil {
 		snap.ConnectionLogPath = s.cfg.ConnLogPath
 	}
+	s.accessStats(&snap)
 	return snap
 }
 

@@ -4,9 +4,10 @@ import "time"
 
 // burstTime is the token bucket's depth in time at the pacing rate: credit
 // the sender may spend at once after the scheduler kept it waiting, so
-// the long-run rate holds on a busy host. 20 ms at 8 Mbit/s is 20 kB,
-// well inside the test bed's 128 kB HTB cburst.
-const burstTime = 20 * time.Millisecond
+// the long-run rate holds on a busy host (Saratoga's sender uses the same
+// depth). 100 ms at 8 Mbit/s is 100 kB, inside the test bed's 128 kB HTB
+// cburst; on an idle host credit never builds up and frames leave evenly.
+const burstTime = 100 * time.Millisecond
 
 // pacer is a token bucket in bits. There is no congestion window: the
 // sender transmits whenever the bucket holds a full frame's credit.

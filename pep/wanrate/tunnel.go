@@ -71,6 +71,7 @@ type Stats struct {
 	FramesBad       int64   `json:"frames_bad"`
 	DataSent        int64   `json:"data_bytes_sent"`
 	DataRetransmit  int64   `json:"data_bytes_retransmitted"`
+	DataCopies      int64   `json:"data_bytes_copies"` // extra copies of retransmissions
 	DataReceived    int64   `json:"data_bytes_received"`
 	DataDuplicate   int64   `json:"data_bytes_duplicate"`
 	StatusSent      int64   `json:"status_sent"`
@@ -372,14 +373,19 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 	n := len(t.order)
 	for i := range n {
 		s := t.order[(t.rr+i)%n]
-		if sg := s.nextSegLocked(); sg != nil {
+		if sg, dup := s.nextSegLocked(); sg != nil {
 			t.rr = (t.rr + i + 1) % n
-			if sg.sends > 0 {
+			switch {
+			case dup:
+				t.st.DataCopies += int64(len(sg.data))
+			case sg.sends > 0:
 				t.st.DataRetransmit += int64(len(sg.data))
-			} else {
+			default:
 				t.st.DataSent += int64(len(sg.data))
 			}
-			sg.sends++
+			if !dup {
+				sg.sends++
+			}
 			sg.sent = now
 			sg.lost = false
 			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}

@@ -244,6 +244,9 @@ func TestTransfer(t *testing.T) {
 			if tc.corrupt > 0 && pr.b.Snapshot().FramesBad+st.FramesBad == 0 {
 				t.Error("corrupted frames were not counted as bad")
 			}
+			if tc.loss >= 0.1 && tc.up > 0 && st.DataCopies == 0 {
+				t.Error("no retransmission was sent twice at 10 % loss or more")
+			}
 			waitEmpty(t, pr.a)
 			waitEmpty(t, pr.b)
 		})
