@@ -56,6 +56,7 @@ class SpoofingThroughput:
     receiver_end: float | None = None  # ... at the receiver
     initiator: str | None = None  # "ip:port" that sent the SYN
     complete: bool = True  # False: the capture ends before the last byte was acknowledged
+    first_syn: float | None = None  # capture time of the first SYN at this vantage
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +159,7 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
         receiver_end=receiver_end,
         initiator=f"{initiator[0]}:{initiator[1]}" if initiator else None,
         complete=end >= sent_end,
+        first_syn=syns[0].ts if syns else None,
     )
 
 

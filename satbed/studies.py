@@ -1,0 +1,489 @@
+"""Study pages: `satbed report DIR` on a scenario's matrix draws that study's
+own figure types from our runs, beside the generic charts.
+
+  seed 000 (scenarios/spoofing.yaml): throughput vs transfer size (regular /
+      spoofed x sender / receiver view), percent difference vs size, dropped
+      data packets of the main flow vs size, gain vs competing flows.
+  seed 001 (scenarios/split-gateways.yaml): the four set-ups side by side for
+      each metric (satellite-link throughput, RTT at the server, download
+      time, server busy time) and the satellite link's throughput over time.
+
+Everything comes from what the cells stored (result.json in results.sqlite,
+the emulator's time series in the cell directory); nothing is rerun. Each
+page states its configuration and where our set-up departs from the study's.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import os
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from satbed.store import MEASURED, CellRow
+
+PACKET = 1448           # payload bytes per full segment (1500-byte packets with timestamps)
+
+
+def study_of(rows: list[CellRow]) -> str | None:
+    """The scenario name of a matrix's cells, if they are one scenario's."""
+    names = {os.path.splitext(os.path.basename(r.params.get("scenario") or ""))[0] for r in rows}
+    return names.pop() if len(names) == 1 else None
+
+
+def pages(out: str, rows: list[CellRow]) -> list[str]:
+    """HTML sections for the study the matrix reproduces ([] if none)."""
+    study = study_of(rows)
+    if study == "spoofing":
+        return spoofing_page(out, rows)
+    if study == "split-gateways":
+        return split_gateways_page(out, rows)
+    return []
+
+
+def _mean_ci(values: list[float]) -> tuple[float | None, float | None]:
+    from satbed.charts import mean_ci
+    if not values:
+        return None, None
+    return mean_ci(values)
+
+
+def _vantage_of(r: CellRow, node: str) -> dict:
+    """The analysis of the capture taken at node's interface."""
+    m = r.metrics
+    for v, c in (m.get("captures") or {}).items():
+        if isinstance(c, dict) and c.get("node") == node:
+            return (m.get("analysis") or {}).get(v) or {}
+    return {}
+
+
+def _summary(r: CellRow, node: str) -> dict:
+    return ((_vantage_of(r, node).get("main") or {}).get("summary")) or {}
+
+
+def _ends(r: CellRow) -> tuple[str, str]:
+    """(sender, receiver) hosts of the main flow."""
+    near, far = r.config.get("endpoints") or ["", ""]
+    return (far, near) if r.config.get("direction", "download") == "download" else (near, far)
+
+
+def _figure(name: str, out: str, fig, caption: str) -> str:
+    from satbed.charts import png
+    import base64
+    data = png(fig)
+    os.makedirs(os.path.join(out, "charts"), exist_ok=True)
+    with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
+        f.write(data)
+    return (f"<div class='chart' id='{name}'><img alt='{name}' src='data:image/png;base64,"
+            f"{base64.b64encode(data).decode()}'><p class='caption'>{html.escape(caption)}</p></div>")
+
+
+def _log_x(ax) -> None:
+    """Log x axis, unless nothing is plotted yet (a partial matrix): an
+    empty axis cannot be log-scaled."""
+    # axhline's x data is [0, 1] (axes units): not a positive data line.
+    if any(len(line.get_xdata()) and min(line.get_xdata()) > 0 for line in ax.get_lines()):
+        ax.set_xscale("log")
+
+
+def _fmt(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+# --------------------------------------------------------------------------
+# Seed 000: TCP spoofing with cross traffic
+
+FLOWS = "workload.traffic.groups.0.concurrent"
+SAT_NODE = "sat"        # the satellite emulator of topologies/spoofing.yaml
+
+
+@dataclass
+class SpoofPoint:
+    sender_bps: list[float]
+    receiver_bps: list[float]
+    drops: list[float]
+    path_drop_rate: list[float]
+
+
+def _main_drops(r: CellRow, sender: str) -> float | None:
+    """Data packets of the main flow lost on the path: its sender's
+    retransmissions (seen at the sender) plus, when spoofed, the spoofer's
+    retransmissions on the satellite leg (seen on the emulator port facing
+    the spoofer). With SACK, a retransmission stands for one loss."""
+    s = _summary(r, sender)
+    if not s:
+        return None
+    drops = float(s.get("rexmt_pkts") or 0)
+    if r.params.get("pep", "none") != "none":
+        an = r.metrics.get("analysis") or {}
+        # The satellite emulator's port facing the spoofer: of its two
+        # captures, the one where the receiver's ACKs take the satellite RTT.
+        for v, c in (r.metrics.get("captures") or {}).items():
+            if not isinstance(c, dict) or c.get("node") != SAT_NODE:
+                continue
+            summ = ((an.get(v) or {}).get("main") or {}).get("summary") or {}
+            if (summ.get("rtt_avg_ms") or 0) > 200:
+                drops += float(summ.get("rexmt_pkts") or 0)
+                break
+    return drops
+
+
+def _path_drop_rate(r: CellRow) -> float | None:
+    """Share of packets the bottleneck router port dropped (all flows)."""
+    ports = ((r.metrics.get("counters") or {}).get("ports")) or {}
+    best = None
+    for p in ports.values():
+        d, s = p.get("dropped") or 0, p.get("sent_packets") or 0
+        if d + s and (best is None or d > best[0]):
+            best = (d, d / (d + s))
+    return best[1] if best else None
+
+
+def _spoof_points(rows: list[CellRow]) -> dict[tuple[int, int, bool], SpoofPoint]:
+    pts: dict[tuple[int, int, bool], SpoofPoint] = {}
+    for r in rows:
+        if r.status not in MEASURED:
+            continue
+        sender, receiver = _ends(r)
+        snd = _summary(r, sender).get("sender_view_bps")
+        rcv = _summary(r, receiver).get("receiver_view_bps")
+        key = (int(r.params["size"]), int(r.params.get(FLOWS) or 0), r.params.get("pep", "none") != "none")
+        p = pts.setdefault(key, SpoofPoint([], [], [], []))
+        if snd:
+            p.sender_bps.append(snd)
+        if rcv:
+            p.receiver_bps.append(rcv)
+        d = _main_drops(r, sender)
+        if d is not None:
+            p.drops.append(d)
+        dr = _path_drop_rate(r)
+        if dr is not None:
+            p.path_drop_rate.append(dr)
+    return pts
+
+
+def _pct(spoofed: float | None, regular: float | None) -> float | None:
+    if spoofed is None or not regular:
+        return None
+    return (spoofed - regular) / regular * 100
+
+
+def spoofing_tables(rows: list[CellRow]) -> dict:
+    """The numbers the seed-000 figures plot, for the page and for tests:
+    {(size, flows): {view: {"regular", "spoofed", "ci_regular", "ci_spoofed", "pct"}}, ...}."""
+    pts = _spoof_points(rows)
+    out: dict = {}
+    for size, flows in sorted({(k[0], k[1]) for k in pts}):
+        reg, spo = pts.get((size, flows, False)), pts.get((size, flows, True))
+        entry: dict = {}
+        for view in ("sender_bps", "receiver_bps", "drops"):
+            rm, rc = _mean_ci(getattr(reg, view)) if reg else (None, None)
+            sm, sc = _mean_ci(getattr(spo, view)) if spo else (None, None)
+            entry[view] = {"regular": rm, "spoofed": sm, "ci_regular": rc, "ci_spoofed": sc,
+                           "n_regular": len(getattr(reg, view)) if reg else 0,
+                           "n_spoofed": len(getattr(spo, view)) if spo else 0,
+                           "pct": _pct(sm, rm) if view != "drops" else None}
+        rates = (reg.path_drop_rate if reg else []) + (spo.path_drop_rate if spo else [])
+        entry["path_drop_rate"] = statistics.mean(rates) if rates else None
+        out[(size, flows)] = entry
+    return out
+
+
+def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tab = spoofing_tables(rows)
+    if not tab:
+        return ["<h2>Seed 000: TCP spoofing</h2><p>No measured cells yet.</p>"]
+    sizes = sorted({k[0] for k in tab})
+    flows = sorted({k[1] for k in tab})
+    pkts = [max(1, round(s / PACKET)) for s in sizes]
+    parts = ["<h2>Seed 000: TCP spoofing with cross traffic (the study's figures, our runs)</h2>",
+             _spoof_config(out, rows)]
+
+    # Figure 5: throughput vs size, four curves, one panel per competing-flow count.
+    fig, axes = plt.subplots(1, len(flows), figsize=(5 * len(flows), 4), squeeze=False)
+    for ax, n in zip(axes[0], flows):
+        for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
+            for who, colour in (("regular", "#1f77b4"), ("spoofed", "#d62728")):
+                ys = [tab.get((s, n), {}).get(view, {}).get(who) for s in sizes]
+                cis = [tab.get((s, n), {}).get(view, {}).get(f"ci_{who}") or 0 for s in sizes]
+                xs = [p for p, y in zip(pkts, ys) if y is not None]
+                ax.errorbar(xs, [y / 1e3 for y in ys if y is not None],
+                            yerr=[c / 1e3 for c, y in zip(cis, ys) if y is not None], fmt=style, color=colour,
+                            marker="o", ms=3, capsize=2,
+                            label=f"{'Spoofing' if who == 'spoofed' else 'Regular'}-"
+                                  f"{'Sender' if view == 'sender_bps' else 'Receiver'}")
+        _log_x(ax)
+        ax.set_title(f"{n} competing flow(s)")
+        ax.set_xlabel("transfer size (packets)")
+        ax.set_ylabel("throughput (kbit/s)")
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(_figure("seed000_throughput_vs_size", out, fig,
+                         "Throughput vs transfer size (study Figure 5): mean and 95% interval over repetitions; "
+                         "sender view until the last ACK reaches h5, receiver view until h1 sends its last ACK."))
+
+    # Figure 6: percent difference vs size (sender and receiver), per flow count.
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, n in enumerate(flows):
+        for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
+            ys = [tab.get((s, n), {}).get(view, {}).get("pct") for s in sizes]
+            xs = [p for p, y in zip(pkts, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], style, marker="o", ms=3, color=f"C{i}",
+                    label=f"{'Sender' if view == 'sender_bps' else 'Receiver'} side, {n} flow(s)")
+    ax.axhline(0, color="#888", lw=.8)
+    _log_x(ax)
+    ax.set_xlabel("transfer size (packets)")
+    ax.set_ylabel("percent difference, spoofed vs end to end (%)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(_figure("seed000_percent_difference", out, fig,
+                         "Percent difference of throughput, (spoofed - end to end) / end to end (study Figure 6); "
+                         "positive: the spoofer helped."))
+
+    # Figure 8: dropped data packets of the main flow vs size.
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, n in enumerate(flows):
+        for who, style in (("regular", "--"), ("spoofed", "-")):
+            ys = [tab.get((s, n), {}).get("drops", {}).get(who) for s in sizes]
+            xs = [p for p, y in zip(pkts, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], style, marker="o", ms=3, color=f"C{i}",
+                    label=f"{'Spoofing' if who == 'spoofed' else 'Regular'}, {n} flow(s)")
+    _log_x(ax)
+    ax.set_xlabel("transfer size (packets)")
+    ax.set_ylabel("dropped data packets (main flow)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(_figure("seed000_drops_vs_size", out, fig,
+                         "Dropped data packets of the main flow vs size (study Figure 8): the sender's "
+                         "retransmissions, plus the spoofer's on the satellite leg when spoofed."))
+
+    # Figures 9/10: gain vs competing flows, per size.
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, view, title in ((axes[0], "sender_bps", "sender side (Figure 10)"),
+                            (axes[1], "receiver_bps", "receiver side (Figure 9)")):
+        for i, s in enumerate(sizes):
+            ys = [tab.get((s, n), {}).get(view, {}).get("pct") for n in flows]
+            xs = [n for n, y in zip(flows, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], marker="o", ms=3, color=f"C{i}",
+                    label=f"{max(1, round(s / PACKET))} packets")
+        ax.axhline(0, color="#888", lw=.8)
+        ax.set_xlabel("competing flows")
+        ax.set_ylabel("percent difference (%)")
+        ax.set_title(title)
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(_figure("seed000_gain_vs_flows", out, fig,
+                         "Gain of spoofing vs the number of competing flows, per transfer size "
+                         "(study Figures 9 and 10)."))
+
+    from satbed.charts import _table
+    body = []
+    for (s, n), e in sorted(tab.items()):
+        sv, rv, dv = e["sender_bps"], e["receiver_bps"], e["drops"]
+        body.append([str(max(1, round(s / PACKET))), str(n),
+                     _fmt(e["path_drop_rate"] * 100 if e["path_drop_rate"] is not None else None, 1),
+                     _kb(sv["regular"], sv["ci_regular"]), _kb(sv["spoofed"], sv["ci_spoofed"]), _fmt(sv["pct"], 0),
+                     _kb(rv["regular"], rv["ci_regular"]), _kb(rv["spoofed"], rv["ci_spoofed"]), _fmt(rv["pct"], 0),
+                     _fmt(dv["regular"]), _fmt(dv["spoofed"]), f"{sv['n_regular']}/{sv['n_spoofed']}"])
+    parts.append("<h3>The numbers (means; ± 95% interval)</h3>" + _table(
+        ["packets", "flows", "r1 drop %", "sender regular kbit/s", "sender spoofed kbit/s", "sender gain %",
+         "receiver regular kbit/s", "receiver spoofed kbit/s", "receiver gain %", "drops regular",
+         "drops spoofed", "runs e2e/spoofed"], body))
+    return parts
+
+
+def _kb(mean: float | None, ci: float | None) -> str:
+    if mean is None:
+        return "–"
+    return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
+
+
+def _kernels(out: str, rows: list[CellRow]) -> str:
+    import json
+    found = set()
+    for r in rows[:20]:
+        try:
+            with open(os.path.join(out, "cells", r.hash, "environment.json")) as f:
+                env = json.load(f)
+        except (OSError, ValueError):
+            continue
+        k = env.get("kernel")
+        found.add(k if isinstance(k, str) else json.dumps(k)[:80])
+    return ", ".join(sorted(found)) or "see the cells' environment.json"
+
+
+def _spoof_config(out: str, rows: list[CellRow]) -> str:
+    r = rows[0]
+    return (
+        "<p><b>Configuration.</b> h5 &rarr; h1 FTP download (vsftpd, NcFTP; SHA-256 checked) across "
+        "r1 &mdash; Internet link &mdash; r2 &mdash; spoofer h2 &mdash; T1 satellite link (250 ms each way) "
+        "&mdash; h1; competing FTP-like flows h3 &rarr; h4 over the Internet link (constant count, "
+        "Poisson starts, replaced as they end), the main flow 5 s after them; Reno with SACK and delayed "
+        "ACKs on h1 and h5; 1500-byte packets. Spoofer: pepd with <code>handshake=end-to-end</code> "
+        "(setup end to end, data and teardown spoofed). Internet link and queue: "
+        f"<code>{html.escape(str((r.config.get('links') or {}).get('inet', '')))[:300]}</code>. "
+        f"Kernel: {html.escape(_kernels(out, rows))}.</p>"
+        "<p><b>Where this departs from the study.</b> Real Linux stacks, not ns-2 2.1b8; the study's "
+        "Internet link rate, delay and queue sizes were lost from its text (ours: 10 Mbit/s, 40 ms each "
+        "way, r1's 40-packet drop-tail queue); our competing flows are Linux TCP with short RTTs, more "
+        "aggressive than the study's, so 1..20 flows here span roughly the loss the study reached with "
+        "1..200 (the table gives r1's drop rate per point); the spoofer's cache is its socket buffers, "
+        "not infinite; FTP's control connection precedes the measured data connection; 3 repetitions "
+        "per point, not 30, and 6 sizes (1..1000 packets), not the study's fine grid. Drops are the main "
+        "flow's retransmissions (SACK), not simulator drop events.</p>")
+
+
+# --------------------------------------------------------------------------
+# Seed 001: split gateways
+
+VARIANTS_001 = ("terrestrial", "satellite", "large-windows", "gateways")
+
+
+def _emulator_series(out: str, r: CellRow) -> list[tuple[float, float]]:
+    """(t, bit/s) on the satellite link in the data's direction, per sample."""
+    cell = os.path.join(out, "cells", r.hash, "emulator")
+    path = os.path.join(cell, "emulator_timeseries.csv")
+    if not os.path.exists(path):
+        path = os.path.join(cell, "sat", "emulator_timeseries.csv")
+    if not os.path.exists(path):
+        return []
+    # The server is on side a of the satellite emulator (topologies/split-gateways.yaml);
+    # a download enters port a.
+    direction = "a_to_b" if r.config.get("direction", "download") == "download" else "b_to_a"
+    series, last_t = [], 0.0
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("direction") != direction:
+                continue
+            t = float(row["t_s"])
+            dt = t - last_t if t > last_t else 0.1
+            series.append((t, float(row["bytes_out"]) * 8 / dt))
+            last_t = t
+    return series
+
+
+def _busy_s(r: CellRow, server: str) -> float | None:
+    main = _vantage_of(r, server).get("main") or {}
+    d = main.get(main.get("data_direction") or "", {}) if main else {}
+    v = d.get("data_xmit_time_s")
+    return float(v) if v else None
+
+
+def split_tables(out: str, rows: list[CellRow]) -> dict:
+    """{variant: {metric: (mean, ci, n)}} for the seed-001 page (and tests)."""
+    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.status not in MEASURED:
+            continue
+        v = r.params.get("variant") or r.params.get("pep", "")
+        sender, receiver = _ends(r)
+        series = [bps for _, bps in _emulator_series(out, r)]
+        active = [b for b in series if b > 0]
+        if active:
+            acc[v]["sat_kbps"].append(statistics.mean(active) / 1e3)
+        rtt = _summary(r, sender).get("rtt_avg_ms")
+        if rtt is not None:
+            acc[v]["server_rtt_ms"].append(float(rtt))
+        if r.metrics.get("seconds"):
+            acc[v]["download_s"].append(float(r.metrics["seconds"]))
+        busy = _busy_s(r, sender)
+        if busy is not None:
+            acc[v]["server_busy_s"].append(busy)
+        if r.goodput_bps:
+            acc[v]["goodput_kbps"].append(r.goodput_bps / 1e3)
+    return {v: {k: (*_mean_ci(vals), len(vals)) for k, vals in m.items()} for v, m in acc.items()}
+
+
+def split_gateways_page(out: str, rows: list[CellRow]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tab = split_tables(out, rows)
+    if not tab:
+        return ["<h2>Seed 001: split gateways</h2><p>No measured cells yet.</p>"]
+    order = [v for v in VARIANTS_001 if v in tab] + sorted(set(tab) - set(VARIANTS_001))
+    parts = ["<h2>Seed 001: split-connection gateways (the study's figures, our runs)</h2>", _split_config(out, rows)]
+    metrics = (("sat_kbps", "satellite-link throughput (kbit/s)", "Figure 4"),
+               ("server_busy_s", "server busy time (s)", "Figure 5"),
+               ("server_rtt_ms", "RTT measured at the server (ms)", "Figure 6"),
+               ("download_s", "download time at the client (s)", "Figure 7"))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8))
+    for ax, (key, label, fig_no) in zip(axes, metrics):
+        means = [tab[v].get(key, (None, None, 0))[0] or 0 for v in order]
+        cis = [tab[v].get(key, (None, None, 0))[1] or 0 for v in order]
+        ax.bar(range(len(order)), means, yerr=cis, color=[f"C{i}" for i in range(len(order))], capsize=3)
+        ax.set_xticks(range(len(order)), order, rotation=20, fontsize=8)
+        ax.set_title(f"{label}\n(study {fig_no})", fontsize=9)
+        ax.grid(alpha=.3, axis="y")
+    fig.tight_layout()
+    parts.append(_figure("seed001_variants", out, fig,
+                         "The four set-ups side by side: mean over repetitions (95% interval where there are "
+                         "several)."))
+
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for i, v in enumerate(order):
+        r = next((r for r in rows if (r.params.get("variant") or r.params.get("pep")) == v and r.status in MEASURED),
+                 None)
+        if r is None:
+            continue
+        s = _emulator_series(out, r)
+        if not s:
+            continue
+        # One-second means: the 100 ms samples of a T1 are a few frames each.
+        buckets: dict[int, list[float]] = defaultdict(list)
+        for t, b in s:
+            buckets[int(t)].append(b)
+        xs = sorted(buckets)
+        ax.plot(xs, [statistics.mean(buckets[x]) / 1e3 for x in xs], color=f"C{i}", label=v, lw=1)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("kbit/s on the satellite link")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    parts.append(_figure("seed001_throughput_over_time", out, fig,
+                         "Throughput on the satellite link over time, server to client (the emulator's "
+                         "100 ms counters, 1 s means; repetition 0 of each set-up)."))
+
+    from satbed.charts import _table
+    body = []
+    for v in order:
+        m = tab[v]
+        cell = lambda k, d=1: _fmt(m.get(k, (None,))[0], d) + (
+            f" ± {m[k][1]:.{d}f}" if k in m and m[k][1] else "")
+        body.append([v, cell("sat_kbps", 0), cell("goodput_kbps", 0), cell("server_rtt_ms"), cell("download_s"),
+                     cell("server_busy_s"), str(max((x[2] for x in m.values()), default=0))])
+    parts.append("<h3>The numbers</h3>" + _table(
+        ["set-up", "satellite link kbit/s", "goodput kbit/s", "server RTT ms", "download s", "server busy s",
+         "runs"], body))
+    return parts
+
+
+def _split_config(out: str, rows: list[CellRow]) -> str:
+    size = rows[0].params.get("size", 0)
+    return (
+        f"<p>Kernel: {html.escape(_kernels(out, rows))}.</p>"
+        "<p><b>Configuration.</b> server LAN &mdash; gateway &mdash; T1 link (1.544 Mbit/s; 250 ms each way "
+        f"except terrestrial) &mdash; gateway &mdash; client LAN; one FTP download of {size / 2**20:g} MB "
+        "(vsftpd, NcFTP; SHA-256 checked). Hosts: 64 KB fixed buffers, no window scaling "
+        "(profiles/tcp/default-64k.yaml), except large-windows: 195 KB, window scale 3 "
+        "(large-windows-195k). Gateways: pepd on a transparent node at each gateway's satellite port, "
+        "195 KB WAN buffers (<code>wan_buf=195000</code>). Satellite-link throughput: mean of the emulator's "
+        "non-idle 100 ms samples; server RTT: every ACK's RTT seen on the server's own interface; busy time: "
+        "first to last data segment the server sent (tcptrace data transmit time).</p>"
+        "<p><b>Where this departs from the study.</b> Linux TCP (CUBIC, SACK, delayed ACKs) instead of "
+        "OPNET 5.1's model; the study's LAN and processing delays (its terrestrial RTT of about 150 ms) are "
+        "not given, so our LANs add none and the terrestrial RTT is the T1's queueing alone; the T1's "
+        "queue (100 packets, drop-tail) is ours; the gateways' split is a transparent pepd beside a router, "
+        "not a TCP module inside it; the study reported utilisation curves, we report their means and the "
+        "time series.</p>")
