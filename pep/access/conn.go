@@ -43,12 +43,13 @@ type Conn struct {
 	reserving atomic.Bool
 	down      atomic.Bool
 
-	mu    sync.Mutex // guards the fields below (the monitor and the relay's gate both resize)
-	det   DetectorState
-	prev  Decision // with LanAllow reduced by reads since
-	buf   int64    // LAN receive buffer (sk_rcvbuf) as last set, bytes
-	clamp int      // TCP_WINDOW_CLAMP as last set
-	ratio float64  // payload bytes per byte of receive-buffer memory, LAN socket
+	mu         sync.Mutex // guards the fields below (the monitor and the relay's gate both resize)
+	det        DetectorState
+	prev       Decision // with LanAllow reduced by reads since
+	buf        int64    // LAN receive buffer (sk_rcvbuf) as last set, bytes
+	clamp      int      // TCP_WINDOW_CLAMP as last set
+	lastCredit int64    // the credit of the previous tick
+	ratio      float64  // payload bytes per byte of receive-buffer memory, LAN socket
 }
 
 // NewConn prepares the policy for one connection; Run drives it.
@@ -189,7 +190,13 @@ func (c *Conn) resize(rmem, credit int64) {
 			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, clamp)
 		})
 	}
-	buf := rmem + int64(float64(credit)/c.ratio)
+	// Room for the larger of this credit and the last: data the source
+	// sends within a window offered before this tick may still be on its
+	// way, and a segment arriving to a full buffer is dropped (the source
+	// would retransmit it and halve its window).
+	room := max(credit, c.lastCredit)
+	c.lastCredit = credit
+	buf := rmem + int64(float64(room)/c.ratio)
 	if d := buf - c.buf; d > -2048 && d < 2048 && c.buf != 0 {
 		return
 	}
@@ -256,7 +263,10 @@ func (c *Conn) Allow(max int, closed <-chan struct{}) int {
 		c.inflight.Store(n)
 		c.mu.Lock()
 		c.prev.LanAllow -= n
-		c.setBuf(c.buf - int64(float64(n)/c.ratio))
+		// At least one byte of memory per payload byte is freed by the
+		// read: shrinking by n never takes room a segment still on its
+		// way needs (by n/ratio could, when the ratio is underestimated).
+		c.setBuf(c.buf - n)
 		c.mu.Unlock()
 		return int(n)
 	}

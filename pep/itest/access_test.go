@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,18 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 	}
 	t.Logf("%d bytes intact across 5 outages", total)
 
+	// No segment the source sent within its window was dropped for want
+	// of receive memory at pepd (the window is steered by resizing it).
+	out, err := netns.Exec(pep, "nstat", "-az", "TcpExtRcvPruned", "TcpExtTCPRcvQDrop", "TcpExtOfoPruned")
+	if err != nil {
+		t.Fatalf("nstat: %v %s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "TcpExt") && f[1] != "0" {
+			t.Errorf("pepd's namespace dropped received segments: %s", line)
+		}
+	}
+
 	var s accessStats
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		raw, err := os.ReadFile(filepath.Join(b.nodes[0].StateDir, "stats.json"))
@@ -182,7 +195,7 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 	sort.Slice(occ, func(i, j int) bool { return occ[i] < occ[j] })
 	p90 := occ[len(occ)*9/10]
 	t.Logf("occupancy: 90th percentile %d bytes, max %d, B = %d", p90, occ[len(occ)-1], s.BufferLimitBytes)
-	if p90 > s.BufferLimitBytes*11/10 {
-		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.1 x B = %d bytes", p90, s.BufferLimitBytes*11/10)
+	if p90 > s.BufferLimitBytes*13/10 {
+		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.3 x B = %d bytes", p90, s.BufferLimitBytes*13/10)
 	}
 }
