@@ -362,15 +362,16 @@ def _emulator_series(out: str, r: CellRow) -> list[tuple[float, float]]:
     # The server is on side a of the satellite emulator (topologies/split-gateways.yaml);
     # a download enters port a.
     direction = "a_to_b" if r.config.get("direction", "download") == "download" else "b_to_a"
-    series, last_t = [], 0.0
+    # bytes_out is cumulative: the rate is its growth per sample interval.
+    series, last_t, last_b = [], 0.0, 0.0
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             if row.get("direction") != direction:
                 continue
-            t = float(row["t_s"])
-            dt = t - last_t if t > last_t else 0.1
-            series.append((t, float(row["bytes_out"]) * 8 / dt))
-            last_t = t
+            t, b = float(row["t_s"]), float(row["bytes_out"])
+            if t > last_t:
+                series.append((t, (b - last_b) * 8 / (t - last_t)))
+            last_t, last_b = t, b
     return series
 
 
@@ -389,10 +390,15 @@ def split_tables(out: str, rows: list[CellRow]) -> dict:
             continue
         v = r.params.get("variant") or r.params.get("pep", "")
         sender, receiver = _ends(r)
-        series = [bps for _, bps in _emulator_series(out, r)]
-        active = [b for b in series if b > 0]
-        if active:
-            acc[v]["sat_kbps"].append(statistics.mean(active) / 1e3)
+        # Throughput on the satellite link: what it carried from its first
+        # to its last busy sample (the FTP control exchange before and after
+        # is a few hundred bytes).
+        series = _emulator_series(out, r)
+        active = [(t, b) for t, b in series if b > 0]
+        if len(active) > 1:
+            prev = {t: series[i - 1][0] if i else 0.0 for i, (t, _) in enumerate(series)}
+            carried = sum(b * (t - prev[t]) for t, b in active)
+            acc[v]["sat_kbps"].append(carried / (active[-1][0] - prev[active[0][0]]) / 1e3)
         rtt = _summary(r, sender).get("rtt_avg_ms")
         if rtt is not None:
             acc[v]["server_rtt_ms"].append(float(rtt))
@@ -480,8 +486,8 @@ def _split_config(out: str, rows: list[CellRow]) -> str:
         "(vsftpd, NcFTP; SHA-256 checked). Hosts: 64 KB fixed buffers, no window scaling "
         "(profiles/tcp/default-64k.yaml), except large-windows: 195 KB, window scale 3 "
         "(large-windows-195k). Gateways: pepd on a transparent node at each gateway's satellite port, "
-        "195 KB WAN buffers (<code>wan_buf=195000</code>). Satellite-link throughput: mean of the emulator's "
-        "non-idle 100 ms samples; server RTT: every ACK's RTT seen on the server's own interface; busy time: "
+        "195 KB WAN buffers (<code>wan_buf=195000</code>). Satellite-link throughput: what the emulator "
+        "carried server to client from its first to its last busy 100 ms sample; server RTT: every ACK's RTT seen on the server's own interface; busy time: "
         "first to last data segment the server sent (tcptrace data transmit time).</p>"
         "<p><b>Where this departs from the study.</b> Linux TCP (CUBIC, SACK, delayed ACKs) instead of "
         "OPNET 5.1's model; the study's LAN and processing delays (its terrestrial RTT of about 150 ms) are "

@@ -81,8 +81,8 @@ def _split_row(out: str, n: int, variant: str, kbps: float, seconds: float) -> C
     os.makedirs(d)
     with open(os.path.join(d, "emulator_timeseries.csv"), "w") as f:
         f.write("t_s,direction,bytes_out\n")
-        for i in range(1, 51):
-            f.write(f"{i / 10:.1f},a_to_b,{int(kbps * 1e3 / 8 / 10)}\n{i / 10:.1f},b_to_a,40\n")
+        for i in range(1, 51):      # cumulative counters, as satemu writes them
+            f.write(f"{i / 10:.1f},a_to_b,{int(kbps * 1e3 / 8 / 10 * i)}\n{i / 10:.1f},b_to_a,{40 * i}\n")
     metrics = {"captures": {"lan_a": {"node": "client"}, "lan_b": {"node": "server"}},
                "analysis": {"lan_b": _vantage("server", 0, 0, 0, 520 if variant != "gateways" else 3)},
                "seconds": seconds}
