@@ -554,14 +554,18 @@ DECADES = ["clean", "1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3"]
 
 def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
     """(BER class, utilisation offered to the link, delivered) per interval;
-    an interval's class is its highest BER (a step inside it counts)."""
+    an interval's class is its highest BER (a step inside it counts), its
+    length the time between its last sample and the previous interval's."""
     buckets: dict[int, list[EmuSample]] = defaultdict(list)
     for s in samples:
         buckets[int(s.t_s // INTERVAL_S)].append(s)
-    out = []
-    for k in sorted(buckets)[:-1]:          # the last interval is cut short by the run's end
+    out, last_t = [], 0.0           # satemu's counters start at zero with its clock
+    for k in sorted(buckets)[:-1]:  # the last interval is cut short by the run's end
         b = buckets[k]
-        span = max(INTERVAL_S, 1e-9)
+        span = b[-1].t_s - last_t
+        last_t = b[-1].t_s
+        if span <= 0:
+            continue
         out.append((_decade(max(s.ber for s in b)), sum(s.bytes_in for s in b) * 8 / span / T1_BPS,
                     sum(s.bytes_out for s in b) * 8 / span / T1_BPS))
     return out
