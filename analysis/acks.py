@@ -143,18 +143,39 @@ def sack_stats(packets: list[TcpPacket], sender: str, receiver: str) -> SackStat
     return st
 
 
-def first_retransmission(packets: list[TcpPacket], sender: str, receiver: str) -> float | None:
-    """Capture time of the first data segment that starts below the highest
-    sequence already sent (a retransmission), or None."""
+@dataclass
+class Retransmissions:
+    """Data segments that start below the highest sequence already seen here.
+
+    That is the sender's retransmissions as they pass this capture point,
+    including those that fill a hole left by a loss upstream; Wireshark flags
+    exactly these (tcp.analysis.retransmission, fast_retransmission,
+    spurious_retransmission or out_of_order together).  tcptrace's "rexmt data
+    pkts" counts only bytes this capture saw twice, so next to the receiver it
+    reads ~0 however much the sender resent.
+    """
+    pkts: int = 0
+    bytes: int = 0
+    first: float | None = None  # capture time of the first one
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def retransmissions(packets: list[TcpPacket], sender: str, receiver: str) -> Retransmissions:
     s, r = _split(sender), _split(receiver)
     unwrap = Unwrapper()
     highest: int | None = None
+    out = Retransmissions()
     for p in packets:
         if p.payload <= 0 or (p.src, p.sport) != s or (p.dst, p.dport) != r:
             continue
         seq = unwrap(p.seq)
         if highest is not None and seq < highest:
-            return p.ts
+            out.pkts += 1
+            out.bytes += p.payload
+            if out.first is None:
+                out.first = p.ts
         end = seq + p.payload
         highest = end if highest is None else max(highest, end)
-    return None
+    return out

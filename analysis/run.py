@@ -13,11 +13,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from satbed.files import write_json
+from satbed.files import write_json, write_text
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
-from .acks import ack_rtt, first_retransmission, sack_stats
+from .acks import ack_rtt, retransmissions, sack_stats
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
@@ -62,12 +62,21 @@ def _classic_pcap(src: Path, outdir: Path) -> Path:
     return dst
 
 
-def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[str, Any]:
+RTT_SAMPLES_CSV = "rtt_every_ack.csv"
+
+
+def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket],
+                  outdir: Path | None = None) -> dict[str, Any]:
     data, rev = conn.data_direction()
     # RTT from every ACK and true SACK block counts (analysis/acks.py says why
     # tcptrace's own figures are not used for these).
     rtt = ack_rtt(packets, data.src, data.dst)
+    if outdir is not None:
+        # Kept for the RTT graph, which is redrawn from stored files only.
+        write_text(outdir / RTT_SAMPLES_CSV, "epoch_s,rtt_ms\n" + "".join(
+            f"{t:.6f},{v:.3f}\n" for t, v in rtt.series))
     sack = sack_stats(packets, data.src, data.dst)
+    rexmt = retransmissions(packets, data.src, data.dst)
     d = {
         "index": conn.index,
         "host_a": conn.host_a,
@@ -84,7 +93,8 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         # The ACK side's SACKs describe the data direction's losses.
         "sack_blocks_seen": sack.blocks,
         # Where the run's zoom window goes (one window for every vantage).
-        "first_retransmission": first_retransmission(packets, data.src, data.dst),
+        "first_retransmission": rexmt.first,
+        "retransmissions": rexmt.to_dict(),
         "spoofing_throughput": None,
     }
     st = spoofing_throughput(packets, data.src, data.dst) if packets else None
@@ -100,8 +110,11 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[st
         "unique_bytes": data.unique_bytes,
         "data_bytes": data.data_bytes,
         "data_pkts": data.data_pkts,
-        "rexmt_bytes": data.rexmt_bytes,
-        "rexmt_pkts": data.rexmt_pkts,
+        # The sender's retransmissions passing this point (tshark's count);
+        # tcptrace's (bytes seen twice here) beside it.
+        "rexmt_bytes": rexmt.bytes,
+        "rexmt_pkts": rexmt.pkts,
+        "rexmt_pkts_tcptrace": data.rexmt_pkts,
         "rtt_samples": rtt.samples,
         "rtt_min_ms": rtt.min_ms,
         "rtt_avg_ms": rtt.avg_ms,
@@ -158,7 +171,7 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         "packets": summary.records,
         "tcp_packets": tt.packets_seen,
         "connections": len(conns),
-        "main": _main_summary(main, summary.packets),
+        "main": _main_summary(main, summary.packets, outdir),
         "connection_list": [c.to_dict() for c in conns],
         "outputs": sorted(p.name for p in outdir.iterdir() if p.is_file()),
     }

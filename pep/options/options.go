@@ -53,11 +53,21 @@ type Options struct {
 	StatsInterval    time.Duration // stats file refresh period
 	ConnLog          bool          // write one JSON line per finished connection
 	Workers          int           // processes sharing the listeners (SO_REUSEPORT); 0 = auto, as many as the open-file limit needs for MaxConns
-	Handshake        string        // HandshakeLocal or HandshakeEndToEnd
-	Wan              string        // WAN leg between two pepds: WanTCP (congestion-controlled, the default) or WanRate (package wanrate)
-	WanRate          int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
-	WanAdapt         bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
-	WanWindow        int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
+
+	// The access-node buffer (package access, seed 003): B packets per
+	// connection for LAN->WAN data, ACK reservation above K·B, outage
+	// detection on the WAN leg, and a cap on the WAN leg's RTO backoff.
+	BufferPackets int           // B (0 = unbounded: the socket buffers as sized above)
+	AckReserve    float64       // K in (0,1) (0 = off); needs BufferPackets
+	OutageDetect  bool          // watch the WAN leg's ACK progress (on whenever BufferPackets > 0)
+	StallTimeout  time.Duration // zero ACK progress this long = outage (0 = 2 x smoothed RTT, at least 200 ms)
+	WanRTOMax     time.Duration // TCP_RTO_MAX_MS on WAN sockets (0 = kernel default, 120 s); Linux >= 6.15
+	TraceInterval time.Duration // buffer occupancy trace (buffer.jsonl) period (0 = off)
+	Handshake     string        // HandshakeLocal or HandshakeEndToEnd
+	Wan           string        // WAN leg between two pepds: WanTCP (congestion-controlled, the default) or WanRate (package wanrate)
+	WanRate       int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
+	WanAdapt      bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
+	WanWindow     int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
 }
 
 // WAN leg kinds.
@@ -152,7 +162,36 @@ var keys = map[string]setter{
 		}
 		return nil
 	},
-	"conn_log": func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+	"conn_log":       func(o *Options, v string) error { return boolean(v, &o.ConnLog) },
+	"buffer_packets": func(o *Options, v string) error { return intRange(v, 0, 1000000, &o.BufferPackets) },
+	"ack_reserve": func(o *Options, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || f < 0 || f >= 1 {
+			return fmt.Errorf("want 0 (off) or a fraction in (0, 1), got %q", v)
+		}
+		o.AckReserve = f
+		return nil
+	},
+	"outage_detect": func(o *Options, v string) error { return boolean(v, &o.OutageDetect) },
+	"stall_timeout": func(o *Options, v string) error { return duration(v, true, &o.StallTimeout) },
+	"wan_rto_max": func(o *Options, v string) error {
+		if err := duration(v, true, &o.WanRTOMax); err != nil {
+			return err
+		}
+		if o.WanRTOMax != 0 && (o.WanRTOMax < time.Second || o.WanRTOMax > 120*time.Second) {
+			return fmt.Errorf("want 0 or 1s..120s (the kernel's range for TCP_RTO_MAX_MS), got %q", v)
+		}
+		return nil
+	},
+	"trace_interval": func(o *Options, v string) error {
+		if err := duration(v, true, &o.TraceInterval); err != nil {
+			return err
+		}
+		if o.TraceInterval != 0 && o.TraceInterval < 10*time.Millisecond {
+			return fmt.Errorf("want 0 or at least 10ms, got %q", v)
+		}
+		return nil
+	},
 	"wan": func(o *Options, v string) error {
 		if v != WanTCP && v != WanRate {
 			return fmt.Errorf("want %s or %s, got %q", WanTCP, WanRate, v)
@@ -221,6 +260,14 @@ func Parse(s string) (Options, error) {
 			return o, fmt.Errorf("option %s: %w", k, err)
 		}
 	}
+	if o.AckReserve > 0 && o.BufferPackets == 0 {
+		return o, fmt.Errorf("option ack_reserve: needs buffer_packets (K is a fraction of the buffer of B packets)")
+	}
+	// The access-node buffer steers a TCP LAN socket relayed to a TCP WAN
+	// socket; the rate-based leg keeps its own window (wan_window).
+	if (o.BufferPackets > 0 || o.OutageDetect) && o.Wan == WanRate {
+		return o, fmt.Errorf("option buffer_packets/outage_detect: with wan=%s only (wan=rate bounds what it holds with wan_window)", WanTCP)
+	}
 	// One netlink socket owns a queue: worker processes cannot share it.
 	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {
 		return o, fmt.Errorf("option handshake=%s needs workers=1 (one process owns the SYN queue)", HandshakeEndToEnd)
@@ -262,6 +309,12 @@ func (o Options) Map() map[string]string {
 		"stats_interval":     o.StatsInterval.String(),
 		"conn_log":           boolString(o.ConnLog),
 		"workers":            workersString(o.Workers),
+		"buffer_packets":     strconv.Itoa(o.BufferPackets),
+		"ack_reserve":        strconv.FormatFloat(o.AckReserve, 'g', -1, 64),
+		"outage_detect":      boolString(o.OutageDetect || o.BufferPackets > 0),
+		"stall_timeout":      o.StallTimeout.String(),
+		"wan_rto_max":        o.WanRTOMax.String(),
+		"trace_interval":     o.TraceInterval.String(),
 		"handshake":          o.Handshake,
 	}
 }

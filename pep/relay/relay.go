@@ -45,11 +45,33 @@ type Pair struct {
 	endOnce sync.Once
 	reason  string
 	err     error
+	closed  chan struct{} // closed when the pair ends (releases a waiting gate)
+
+	gate      Gate
+	gateFromA bool         // the gated direction reads A (else B)
+	pending   atomic.Int64 // bytes in the gated direction's pipe
 }
+
+// Gate bounds one direction's reads (pepd's access-node buffer, package
+// access): Allow returns how many of max bytes may be read now, waiting
+// while none may, and 0 once closed is closed.
+type Gate interface {
+	Allow(max int, closed <-chan struct{}) int
+}
+
+// SetGate makes the direction reading from A (fromA) or from B ask g
+// before every read. Call before Run.
+func (p *Pair) SetGate(g Gate, fromA bool) {
+	p.gate, p.gateFromA = g, fromA
+}
+
+// Pending is the bytes the gated direction holds in its pipe: read from
+// its source, not yet written to its destination.
+func (p *Pair) Pending() int64 { return p.pending.Load() }
 
 // NewPair prepares a relay between a and b using pipes from pool.
 func NewPair(a, b *net.TCPConn, pool *PipePool) *Pair {
-	p := &Pair{A: a, B: b, pool: pool}
+	p := &Pair{A: a, B: b, pool: pool, closed: make(chan struct{})}
 	p.lastActive.Store(time.Now().UnixNano())
 	return p
 }
@@ -73,9 +95,9 @@ func (p *Pair) Run() (reason string, err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		p.half(p.A, p.B, &p.aToB, ReasonResetA, ReasonResetB, ReasonErrorA, ReasonErrorB)
+		p.half(p.A, p.B, &p.aToB, p.gate != nil && p.gateFromA, ReasonResetA, ReasonResetB, ReasonErrorA, ReasonErrorB)
 	}()
-	p.half(p.B, p.A, &p.bToA, ReasonResetB, ReasonResetA, ReasonErrorB, ReasonErrorA)
+	p.half(p.B, p.A, &p.bToA, p.gate != nil && !p.gateFromA, ReasonResetB, ReasonResetA, ReasonErrorB, ReasonErrorA)
 	wg.Wait()
 	return p.reason, p.err
 }
@@ -85,6 +107,7 @@ func (p *Pair) Run() (reason string, err error) {
 func (p *Pair) Abort(reason string, err error) {
 	p.endOnce.Do(func() {
 		p.reason, p.err = reason, err
+		close(p.closed)
 		p.A.SetLinger(0)
 		p.B.SetLinger(0)
 		p.A.Close()
@@ -96,13 +119,14 @@ func (p *Pair) Abort(reason string, err error) {
 func (p *Pair) finish() {
 	p.endOnce.Do(func() {
 		p.reason = ReasonClosed
+		close(p.closed)
 		p.A.Close()
 		p.B.Close()
 	})
 }
 
-func (p *Pair) half(src, dst *net.TCPConn, n *atomic.Int64, resetSrc, resetDst, errSrc, errDst string) {
-	rerr, werr := p.copy(src, dst, n)
+func (p *Pair) half(src, dst *net.TCPConn, n *atomic.Int64, gated bool, resetSrc, resetDst, errSrc, errDst string) {
+	rerr, werr := p.copy(src, dst, n, gated)
 	switch {
 	case rerr == nil && werr == nil:
 		// FIN from src: pass it on as a FIN to dst and keep the other
@@ -138,8 +162,8 @@ func (p *Pair) fail(err error, resetReason, errReason string) {
 }
 
 // copy splices src into dst until EOF (both errors nil), a read error or a
-// write error.
-func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr error) {
+// write error. A gated direction asks p.gate how much it may read first.
+func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64, gated bool) (readErr, writeErr error) {
 	srcRC, err := src.SyscallConn()
 	if err != nil {
 		return err, nil
@@ -154,8 +178,14 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 			p.pool.Put(pipe)
 		}
 	}()
-	max := p.pool.Size()
+	size := p.pool.Size()
 	for {
+		max := size
+		if gated {
+			if max = p.gate.Allow(size, p.closed); max == 0 {
+				return net.ErrClosed, nil
+			}
+		}
 		var got int64
 		var serr error
 		err := srcRC.Read(func(fd uintptr) bool {
@@ -187,6 +217,9 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 		}
 		if got == 0 {
 			return nil, nil
+		}
+		if gated {
+			p.pending.Add(got)
 		}
 		armed := false
 		for left := int(got); left > 0; {
@@ -228,6 +261,9 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64) (readErr, writeErr e
 			}
 			left -= int(wrote)
 			n.Add(wrote)
+			if gated {
+				p.pending.Add(-wrote)
+			}
 		}
 		if armed {
 			dst.SetWriteDeadline(time.Time{})

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"satbed/pep/access"
 	"satbed/pep/nfqueue"
 	"satbed/pep/options"
 	"satbed/pep/relay"
@@ -98,6 +99,7 @@ type Server struct {
 
 	connLog *stats.ConnLog
 	running atomic.Bool
+	access  accessState
 
 	// End-to-end handshake mode (handshake=end-to-end): the client's SYN
 	// waits in queue until the upstream connect has an answer; held maps
@@ -116,9 +118,17 @@ type Server struct {
 type flowKey struct{ client, server netip.AddrPort }
 
 type heldLeg struct {
-	up    *net.TCPConn // nil while dialling
+	up    *net.TCPConn // nil while dialling, and after serve took it
 	ready time.Time    // when up was connected (and the client's SYN let through)
+	taken time.Time    // when serve paired it with the client's connection
 }
+
+// takenGrace is how long a flow whose SYN was let through is remembered,
+// so a retransmission of the client's SYN still in flight (or a late
+// duplicate) goes on to the listener, which answers it on the existing
+// connection, instead of starting a second upstream connect: on a lossy
+// path that spurious connect reached the server as a second connection.
+const takenGrace = 30 * time.Second
 
 // RefuseMark is the packet mark a held SYN leaves the queue with when the
 // server refused the upstream connect: the interception rules then route
@@ -132,6 +142,7 @@ const wanPortMark = 4
 type entry struct {
 	pair *relay.Pair
 	side *side
+	acc  *access.Conn // nil unless the access-node buffer or outage detection is on
 }
 
 // New validates the configuration and prepares a server.
@@ -165,6 +176,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Run(ctx context.Context) error {
 	defer s.abortCancel()
 	defer s.pool.Close()
+	defer s.closeAccessFiles()
 	s.start = time.Now()
 	if err := os.MkdirAll(s.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
@@ -519,8 +531,10 @@ func (s *Server) serve(c *net.TCPConn, sd *side) {
 		// Shutdown began while dialling: drain no longer aborts us.
 		e.pair.Abort("shutdown", nil)
 	}
+	stopAccess := s.attachAccess(id, e, c, up)
 
 	reason, rerr := e.pair.Run()
+	stopAccess()
 
 	s.mu.Lock()
 	delete(s.conns, id)
@@ -580,11 +594,12 @@ func (s *Server) queueLoop(ctx context.Context) {
 		}
 		s.heldMu.Unlock()
 		if dup {
-			if h.up == nil {
+			if h.up == nil && h.taken.IsZero() {
 				// The client's retransmitted SYN while the server has not
 				// answered yet: the first one is still held.
 				s.verdict(p.ID, nfqueue.Drop, false, 0)
 			} else {
+				// Connected already: the listener answers the duplicate.
 				s.verdict(p.ID, nfqueue.Accept, false, 0)
 			}
 			continue
@@ -648,8 +663,9 @@ func (s *Server) takeHeld(client, orig *net.TCPAddr) *net.TCPConn {
 	if h == nil || h.up == nil {
 		return nil
 	}
-	delete(s.held, k)
-	return h.up
+	up := h.up
+	h.up, h.taken = nil, time.Now()
+	return up
 }
 
 // expireHeld closes upstream legs whose client connection never reached
@@ -662,9 +678,12 @@ func (s *Server) expireHeld(now time.Time) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	for k, h := range s.held {
-		if h.up != nil && now.Sub(h.ready) > s.cfg.Opts.ConnectTimeout {
+		switch {
+		case h.up != nil && now.Sub(h.ready) > s.cfg.Opts.ConnectTimeout:
 			h.up.SetLinger(0)
 			h.up.Close()
+			delete(s.held, k)
+		case !h.taken.IsZero() && now.Sub(h.taken) > takenGrace:
 			delete(s.held, k)
 		}
 	}
@@ -800,6 +819,7 @@ func (s *Server) Snapshot() stats.Snapshot {
 	if s.connLog != nil {
 		snap.ConnectionLogPath = s.cfg.ConnLogPath
 	}
+	s.accessStats(&snap)
 	return snap
 }
 

@@ -51,6 +51,20 @@ type Snapshot struct {
 	Workers                int               `json:"workers"`               // processes sharing the listeners
 	WorkerPIDs             []int             `json:"worker_pids,omitempty"` // when Workers > 1
 	Error                  string            `json:"error,omitempty"`       // why a multi-worker pepd stopped on its own
+
+	// The access-node buffer and outage detection (package access).
+	BufferPackets        int     `json:"buffer_packets"`          // B (0: unbounded)
+	BufferLimitBytes     int64   `json:"buffer_limit_bytes"`      // B in bytes, per connection
+	AckReserve           float64 `json:"ack_reserve"`             // K (0: off)
+	BufferBytes          int64   `json:"buffer_bytes"`            // held now, all connections
+	BufferHighWaterBytes int64   `json:"buffer_high_water_bytes"` // most one connection held
+	ConnectionsReserving int64   `json:"connections_reserving"`   // holding ACKs now
+	ConnectionsWanDown   int64   `json:"connections_wan_down"`    // WAN leg in a detected outage now
+	OutagesDetected      int64   `json:"outages_detected"`        // WAN-leg stalls detected
+	OutagesRecovered     int64   `json:"outages_recovered"`       // and seen to end
+	LastDetectLatencyS   float64 `json:"last_detect_latency_s"`   // last ACK progress -> detection, latest outage
+	LastStallS           float64 `json:"last_stall_s"`            // last ACK progress -> first progress after, latest recovered outage
+	AccessFileErrors     int64   `json:"access_file_errors"`      // outages.jsonl / buffer.jsonl writes that failed
 	// WanRate is the rate-based WAN leg's state and counters (wan=rate),
 	// a wanrate.Stats.
 	WanRate any `json:"wan_rate,omitempty"`
@@ -81,6 +95,15 @@ func Sum(parts []Snapshot) Snapshot {
 		t.PipesInUse += p.PipesInUse
 		t.PipesUndersized += p.PipesUndersized
 		t.ConnectionLogDropped += p.ConnectionLogDropped
+		t.BufferBytes += p.BufferBytes
+		t.BufferHighWaterBytes = max(t.BufferHighWaterBytes, p.BufferHighWaterBytes)
+		t.ConnectionsReserving += p.ConnectionsReserving
+		t.ConnectionsWanDown += p.ConnectionsWanDown
+		t.OutagesDetected += p.OutagesDetected
+		t.OutagesRecovered += p.OutagesRecovered
+		t.LastDetectLatencyS = max(t.LastDetectLatencyS, p.LastDetectLatencyS)
+		t.LastStallS = max(t.LastStallS, p.LastStallS)
+		t.AccessFileErrors += p.AccessFileErrors
 		t.ConnectionsOverCeiling += p.ConnectionsOverCeiling
 	}
 	return t

@@ -77,6 +77,11 @@ type Leg struct {
 	// leave the other leg established forever; probes find out and the
 	// relay then resets the other leg.
 	KeepAlive time.Duration
+	// RTOMax caps the retransmission timer's exponential backoff
+	// (TCP_RTO_MAX_MS, Linux >= 6.15; 0 = kernel default, 120 s): through
+	// a 10 s outage the backed-off timer may otherwise fire seconds after
+	// the link is back, and until it fires nothing crosses.
+	RTOMax time.Duration
 }
 
 // ApplyPre sets the options that must be in place before the handshake:
@@ -119,6 +124,11 @@ func (l Leg) ApplyPost(fd int) error {
 	if l.QuickAck {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK, 1); err != nil {
 			return fmt.Errorf("TCP_QUICKACK: %w", err)
+		}
+	}
+	if l.RTOMax > 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS, int(l.RTOMax/time.Millisecond)); err != nil {
+			return fmt.Errorf("TCP_RTO_MAX_MS %d (needs Linux 6.15 or later): %w", l.RTOMax/time.Millisecond, err)
 		}
 	}
 	if l.KeepAlive > 0 {

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"satbed/pep/access"
 	"satbed/pep/options"
 	"satbed/pep/server"
 	"satbed/pep/tune"
@@ -125,6 +126,14 @@ func legs(c config) (wan, lan tune.Leg) {
 	if wan.Buf == 0 {
 		wan.Buf = tune.BDPBuffer(c.rateBps, c.rttMs, o.BufferFactor)
 	}
+	if o.BufferPackets > 0 {
+		// The WAN send queue must be able to take the whole access-node
+		// buffer (B packets) whatever the BDP rule says, or the socket,
+		// not B, would bound it; 4x covers the kernel's per-segment
+		// overhead (ports without scatter-gather: one buffer per segment).
+		wan.Buf = max(wan.Buf, 4*o.BufferPackets*access.DefaultSegment)
+	}
+	wan.RTOMax = o.WanRTOMax
 	lan = tune.Leg{CC: o.LanCC, NoDelay: o.NoDelay, QuickAck: o.QuickAck, Buf: o.LanBuf, KeepAlive: o.KeepAlive}
 	return wan, lan
 }

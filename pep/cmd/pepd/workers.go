@@ -314,6 +314,7 @@ func (a *aggregator) write(running bool, failure string) error {
 	}
 	s.Workers = len(a.ws)
 	s.WorkerPIDs = a.pids
+	s.BufferPackets, s.BufferLimitBytes, s.AckReserve = parts[0].BufferPackets, parts[0].BufferLimitBytes, parts[0].AckReserve
 	s.Error = failure
 	return stats.WriteAtomic(filepath.Join(a.c.stateDir, server.StatsFile), s)
 }

@@ -1,0 +1,203 @@
+package access
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sample is one measurement of a connection's buffer, for the trace.
+type Sample struct {
+	Time      time.Time
+	Inq       int64 // LAN socket receive queue
+	WanSide   int64 // relay pipe + WAN socket send queue
+	Reserving bool
+	Down      bool // WAN leg in a detected outage
+}
+
+// Hooks receive a connection's events; any may be nil.
+type Hooks struct {
+	Sample func(Sample)
+	Outage func(o Outage, started bool)
+}
+
+// Conn applies a Config to one split connection. lan faces the source
+// (its window is what pepd clamps), wan faces the satellite link;
+// pipe reports the bytes the relay holds in its pipe for LAN->WAN.
+type Conn struct {
+	cfg   Config
+	lan   syscall.RawConn
+	wan   syscall.RawConn
+	pipe  func() int64
+	hooks Hooks
+
+	budget    atomic.Int64 // bytes the relay may still read from the LAN socket before the next tick
+	inflight  atomic.Int64 // last grant: maybe not yet out of the LAN queue into the pipe (the relay asks again only after writing it)
+	high      atomic.Int64 // highest occupancy seen, bytes
+	occupancy atomic.Int64
+	reserving atomic.Bool
+	down      atomic.Bool
+
+	mu  sync.Mutex // guards det
+	det DetectorState
+}
+
+// NewConn prepares the policy for one connection; Run drives it.
+func NewConn(cfg Config, lan, wan syscall.RawConn, pipe func() int64, hooks Hooks) *Conn {
+	c := &Conn{cfg: cfg, lan: lan, wan: wan, pipe: pipe, hooks: hooks}
+	if cfg.Enabled() {
+		// The LAN share of B as a fixed receive buffer: the window the
+		// kernel offers is its free space. An explicit size also turns
+		// autotuning off, which would grow it. The kernel counts memory,
+		// not payload: about 0.75 payload bytes per byte for 1500-byte
+		// frames without offloads (it doubles the value given).
+		c.budget.Store(cfg.Limit() - cfg.LanShare())
+		buf := int(float64(cfg.LanShare()) / 0.75)
+		lan.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, (buf+1)/2)
+		})
+	}
+	return c
+}
+
+// Run measures and applies the policy every tick until done is closed.
+func (c *Conn) Run(done <-chan struct{}) {
+	tick := c.cfg.Tick
+	if tick <= 0 {
+		tick = 5 * time.Millisecond
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var lastTrace time.Time
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			s, ok := c.step(now)
+			if ok && c.hooks.Sample != nil && c.cfg.TraceInt > 0 && now.Sub(lastTrace) >= c.cfg.TraceInt {
+				lastTrace = now
+				c.hooks.Sample(s)
+			}
+		}
+	}
+}
+
+// step takes one sample and applies the decision; false when the sockets
+// are gone.
+func (c *Conn) step(now time.Time) (Sample, bool) {
+	inq, err := ioctlInt(c.lan, unix.SIOCINQ)
+	if err != nil {
+		return Sample{}, false
+	}
+	outq, err := ioctlInt(c.wan, unix.SIOCOUTQ)
+	if err != nil {
+		return Sample{}, false
+	}
+	var info *unix.TCPInfo
+	if cerr := c.wan.Control(func(fd uintptr) {
+		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); cerr != nil || err != nil {
+		return Sample{}, false
+	}
+	wanSide := outq + c.pipe()
+	occ := inq + wanSide
+	c.occupancy.Store(occ)
+	if occ > c.high.Load() {
+		c.high.Store(occ)
+	}
+	var d Decision
+	if c.cfg.Enabled() {
+		d = c.cfg.Decide(inq, wanSide)
+		c.reserving.Store(d.Reserving)
+		if d.Read {
+			// A grant the relay is still reading shows in neither queue
+			// reliably: count it against the budget (at worst twice).
+			c.budget.Store(d.WanCap - wanSide - c.inflight.Load())
+		} else {
+			c.budget.Store(0)
+		}
+	}
+	srtt := time.Duration(info.Rtt) * time.Microsecond
+	c.mu.Lock()
+	o, started, ended := c.det.Observe(info.Bytes_acked, outq, now, c.cfg.StallAfter(srtt))
+	c.down.Store(c.det.Down())
+	c.mu.Unlock()
+	if (started || ended) && c.hooks.Outage != nil {
+		c.hooks.Outage(o, started)
+	}
+	return Sample{Time: now, Inq: inq, WanSide: wanSide, Reserving: d.Reserving, Down: c.down.Load()}, true
+}
+
+// Allow is the relay's gate for the LAN->WAN direction: it returns how
+// many of max bytes may be read from the LAN socket now, waiting (one tick
+// at a time) while the policy says not to read; 0 once closed is closed.
+// It grants only what is already queued, and shrinks the receive buffer by
+// its memory first, so the read that follows frees no memory the kernel
+// could offer the source as new window.
+func (c *Conn) Allow(max int, closed <-chan struct{}) int {
+	tick := c.cfg.Tick
+	if tick <= 0 {
+		tick = 5 * time.Millisecond
+	}
+	c.inflight.Store(0) // the previous grant has been read and written
+	for {
+		select {
+		case <-closed:
+			return 0
+		default:
+		}
+		b := c.budget.Load()
+		if b <= 0 {
+			select {
+			case <-closed:
+				return 0
+			case <-time.After(tick):
+			}
+			continue
+		}
+		inq, err := ioctlInt(c.lan, unix.SIOCINQ)
+		if err != nil {
+			return max // let the read report the error
+		}
+		if inq == 0 {
+			// Nothing queued: wait for data (or EOF, or an error, which
+			// the read must see) at most a tick, then look again.
+			var ready bool
+			c.lan.Control(func(fd uintptr) {
+				p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+				n, _ := unix.Poll(p, int(tick/time.Millisecond))
+				ready = n > 0
+			})
+			if !ready {
+				continue
+			}
+			if inq, err = ioctlInt(c.lan, unix.SIOCINQ); err != nil || inq == 0 {
+				return max // EOF or error: the read reports it
+			}
+		}
+		n := min(int64(max), b, inq)
+		c.budget.Add(-n)
+		c.inflight.Store(n)
+		return int(n)
+	}
+}
+
+// Occupancy is the last measured buffer content in bytes; High the most
+// seen; Reserving and Down the current states.
+func (c *Conn) Occupancy() int64 { return c.occupancy.Load() }
+func (c *Conn) High() int64      { return c.high.Load() }
+func (c *Conn) Reserving() bool  { return c.reserving.Load() }
+func (c *Conn) Down() bool       { return c.down.Load() }
+
+func ioctlInt(rc syscall.RawConn, req uint) (int64, error) {
+	var v int
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { v, ierr = unix.IoctlGetInt(int(fd), req) }); err != nil {
+		return 0, err
+	}
+	return int64(v), ierr
+}

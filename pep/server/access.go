@@ -1,0 +1,172 @@
+package server
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"satbed/pep/access"
+	"satbed/pep/stats"
+)
+
+// Files of the access-node buffer (package access), in the state directory.
+const (
+	OutagesFile = "outages.jsonl" // one line per WAN-leg outage detected and per recovery
+	TraceFile   = "buffer.jsonl"  // buffer occupancy samples, with trace_interval
+)
+
+// accessState is the server-wide bookkeeping of the access-node buffer.
+type accessState struct {
+	detected, recovered atomic.Int64
+	lastLatencyNs       atomic.Int64 // detection time - last ACK progress, latest outage
+	lastDownNs          atomic.Int64 // last ACK progress -> first progress after, latest recovered outage
+	highWater           atomic.Int64 // bytes, over all connections and time
+
+	mu      sync.Mutex
+	files   map[string]*os.File
+	fileErr atomic.Int64
+}
+
+func (s *Server) accessConfig() access.Config {
+	o := s.cfg.Opts
+	tick := 5 * time.Millisecond
+	if o.BufferPackets == 0 {
+		tick = 50 * time.Millisecond // detection only: no window to steer
+	}
+	return access.Config{Packets: o.BufferPackets, Reserve: o.AckReserve, Tick: tick,
+		Stall: o.StallTimeout, TraceInt: o.TraceInterval}
+}
+
+// attachAccess puts the access-node policy on a new pair (the direction
+// reading the LAN-facing socket) and starts its monitor; the returned
+// function stops it once the pair has ended.
+func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
+	o := s.cfg.Opts
+	if o.BufferPackets == 0 && !o.OutageDetect {
+		return func() {}
+	}
+	lan, wan := a, b // SYN from the LAN port: the accepted socket faces the LAN
+	if e.side.name == "wan" {
+		lan, wan = b, a
+	}
+	lrc, err1 := lan.SyscallConn()
+	wrc, err2 := wan.SyscallConn()
+	if err1 != nil || err2 != nil {
+		return func() {}
+	}
+	cfg := s.accessConfig()
+	hooks := access.Hooks{
+		Sample: func(x access.Sample) {
+			s.appendLine(TraceFile, map[string]any{"t": unixSeconds(x.Time), "id": id,
+				"occupancy_bytes": x.Inq + x.WanSide, "lan_queue_bytes": x.Inq, "wan_queue_bytes": x.WanSide,
+				"reserving": x.Reserving, "wan_down": x.Down})
+		},
+		Outage: func(out access.Outage, started bool) {
+			rec := map[string]any{"id": id, "last_progress": unixSeconds(out.LastProgress),
+				"detected": unixSeconds(out.Detected), "detect_latency_s": out.Detected.Sub(out.LastProgress).Seconds()}
+			if started {
+				s.access.detected.Add(1)
+				s.access.lastLatencyNs.Store(int64(out.Detected.Sub(out.LastProgress)))
+				rec["event"] = "down"
+			} else {
+				s.access.recovered.Add(1)
+				s.access.lastDownNs.Store(int64(out.Recovered.Sub(out.LastProgress)))
+				rec["event"] = "up"
+				rec["recovered"] = unixSeconds(out.Recovered)
+				rec["stalled_s"] = out.Recovered.Sub(out.LastProgress).Seconds()
+			}
+			s.appendLine(OutagesFile, rec)
+		},
+	}
+	ac := access.NewConn(cfg, lrc, wrc, e.pair.Pending, hooks)
+	e.acc = ac
+	if cfg.Enabled() {
+		e.pair.SetGate(ac, e.side.name == "lan")
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		ac.Run(done)
+	}()
+	return func() {
+		close(done)
+		<-finished
+		if h := ac.High(); h > s.access.highWater.Load() {
+			s.access.highWater.Store(h)
+		}
+	}
+}
+
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+// appendLine writes one JSON line with a single write(2) on an O_APPEND
+// file, so workers sharing the file never interleave partial lines.
+func (s *Server) appendLine(name string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.access.fileErr.Add(1)
+		return
+	}
+	s.access.mu.Lock()
+	defer s.access.mu.Unlock()
+	if s.access.files == nil {
+		s.access.files = map[string]*os.File{}
+	}
+	f := s.access.files[name]
+	if f == nil {
+		f, err = os.OpenFile(filepath.Join(s.cfg.StateDir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			s.access.fileErr.Add(1)
+			return
+		}
+		s.access.files[name] = f
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		s.access.fileErr.Add(1)
+	}
+}
+
+// closeAccessFiles is called when the server stops.
+func (s *Server) closeAccessFiles() {
+	s.access.mu.Lock()
+	defer s.access.mu.Unlock()
+	for _, f := range s.access.files {
+		f.Close()
+	}
+	s.access.files = nil
+}
+
+// accessStats adds the buffer and outage figures to a snapshot.
+func (s *Server) accessStats(snap *stats.Snapshot) {
+	cfg := s.accessConfig()
+	snap.BufferPackets = cfg.Packets
+	snap.BufferLimitBytes = cfg.Limit()
+	snap.AckReserve = cfg.Reserve
+	high := s.access.highWater.Load()
+	s.mu.Lock()
+	for _, e := range s.conns {
+		if e.acc == nil {
+			continue
+		}
+		snap.BufferBytes += e.acc.Occupancy()
+		high = max(high, e.acc.High())
+		if e.acc.Reserving() {
+			snap.ConnectionsReserving++
+		}
+		if e.acc.Down() {
+			snap.ConnectionsWanDown++
+		}
+	}
+	s.mu.Unlock()
+	snap.BufferHighWaterBytes = high
+	snap.OutagesDetected = s.access.detected.Load()
+	snap.OutagesRecovered = s.access.recovered.Load()
+	snap.LastDetectLatencyS = time.Duration(s.access.lastLatencyNs.Load()).Seconds()
+	snap.LastStallS = time.Duration(s.access.lastDownNs.Load()).Seconds()
+	snap.AccessFileErrors = s.access.fileErr.Load()
+}
