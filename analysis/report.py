@@ -60,7 +60,7 @@ GRAPH_TITLES = [
     ("tsg_window", "Time-sequence graph, zoomed window"),
     ("tsg_full", "Time-sequence graph, whole transfer"),
     ("tput", "Throughput over time"),
-    ("rtt", "RTT samples over time"),
+    ("rtt", "RTT of every ACK over time (tcptrace's samples for runs analysed before)"),
 ]
 
 CSS = """

@@ -538,7 +538,7 @@ def build(out: str) -> str:
                      and o["value"] is not None and o["value"] == c["value"]), None)
         if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["name"]]:
             # Drawn at the nearest present value, it would be the other chart again.
-            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>{c['name'].title()}: "
+            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['name'][-1]}: "
                          f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['name']]:g}; the nearest present "
                          f"value is {twin['name']}'s, so it is not drawn twice.</p></div>")
             try:

@@ -186,9 +186,11 @@ def topology_doc(path: str) -> dict | None:
     return doc.get("topology") if is_scenario(doc) and isinstance(doc.get("topology"), dict) else None
 
 
-def link_config(doc: object, where: str, seed: int, default_backend: str = "auto"):
+def link_config(doc: object, where: str, seed: int, default_backend: str = "auto", base_dir: str = "."):
     """A named link: the matrix-style keys for both directions, then
-    a_to_b:/b_to_a: overrides. delay: is one way; rtt: is split evenly."""
+    a_to_b:/b_to_a: overrides. delay: is one way; rtt: is split evenly. A
+    relative profile: is a file beside the scenario (base_dir), whatever
+    directory satbed runs from."""
     from satbed.emulation import LinkConfig
     if not isinstance(doc, dict):
         raise SatbedError(f"{where}: a mapping of link settings")
@@ -216,6 +218,8 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
                 v = parse_ber(v)
             elif k == "queue" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SatbedError(f"{w}: queue must be a positive number of packets")
+            elif k == "profile" and isinstance(v, str):
+                v = os.path.join(os.path.abspath(base_dir), v)
             out[DIRECTION_KEYS[k]] = v
         return out
 
@@ -254,7 +258,8 @@ def extras(doc: dict, path: str, seed: int) -> dict:
     if not isinstance(links, dict):
         raise SatbedError("links: a mapping of emulator node -> link settings")
     backend = str((doc.get("link") or {}).get("emulator", "auto"))
-    out["links"] = {str(n): link_config(v, f"links.{n}", seed, backend) for n, v in links.items()}
+    out["links"] = {str(n): link_config(v, f"links.{n}", seed, backend, os.path.dirname(path))
+                    for n, v in links.items()}
     peps_doc = doc.get("peps") or {}
     if not isinstance(peps_doc, dict):
         raise SatbedError("peps: a mapping of PEP node -> {name:, options:}")

@@ -40,6 +40,8 @@ def pages(out: str, rows: list[CellRow]) -> list[str]:
         return spoofing_page(out, rows)
     if study == "split-gateways":
         return split_gateways_page(out, rows)
+    if study == "multiflow-ber":
+        return multiflow_page(out, rows)
     return []
 
 
@@ -493,3 +495,331 @@ def _split_config(out: str, rows: list[CellRow]) -> str:
         "queue (100 packets, drop-tail) is ours; the gateways' split is a transparent pepd beside a router, "
         "not a TCP module inside it; the study reported utilisation curves, we report their means and the "
         "time series.</p>")
+
+
+# Seed 004: the ACTS multi-flow study (scenarios/multiflow-ber.yaml).
+
+T1_BPS = 1_536_000      # the study's T1 payload rate, as the routers shape it
+INTERVAL_S = 5.0        # the study's 5-minute intervals, compressed 60 times
+WARMUP_S = 10.0         # the load builds up from no flows: intervals before are left out
+
+
+@dataclass
+class EmuSample:
+    t_s: float
+    bytes_in: float     # delta since the previous sample of this direction
+    bytes_out: float
+    drop_ber: float
+    drop_queue: float
+    ber: float
+
+
+def _emulator_samples(cell: str, direction: str) -> list[EmuSample]:
+    """One direction of an emulator's 100 ms time series, counters turned into
+    per-sample deltas (the file's counters are cumulative since start)."""
+    path = os.path.join(cell, "emulator", "emulator_timeseries.csv")
+    if not os.path.exists(path):
+        found = sorted(p for p in _glob(os.path.join(cell, "emulator", "*", "emulator_timeseries.csv")))
+        if not found:
+            return []
+        path = found[0]
+    out: list[EmuSample] = []
+    prev: dict[str, float] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("direction") != direction:
+                continue
+            now = {k: float(row[k]) for k in ("bytes_in", "bytes_out", "drop_ber", "drop_queue")}
+            out.append(EmuSample(float(row["t_s"]), *(now[k] - prev.get(k, 0.0) for k in
+                                                      ("bytes_in", "bytes_out", "drop_ber", "drop_queue")),
+                                 float(row["ber"] or 0)))
+            prev = now
+    return out
+
+
+def _glob(pattern: str) -> list[str]:
+    import glob
+    return glob.glob(pattern)
+
+
+def _decade(ber: float) -> str:
+    """The study's BER classes (1e-9 is its error-free case); "clean" is BER 0,
+    the recovery after the pass."""
+    import math
+    if ber <= 0:
+        return "clean"
+    return f"1e{math.floor(math.log10(ber) + 1e-9)}"
+
+
+DECADES = ["1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3", "clean"]
+
+
+def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
+    """(BER class, utilisation offered to the link, delivered) per interval;
+    an interval's class is its highest BER (a step inside it counts), its
+    length the time between its last sample and the previous interval's."""
+    buckets: dict[int, list[EmuSample]] = defaultdict(list)
+    for s in samples:
+        buckets[int(s.t_s // INTERVAL_S)].append(s)
+    out, last_t = [], 0.0           # satemu's counters start at zero with its clock
+    for k in sorted(buckets)[:-1]:  # the last interval is cut short by the run's end
+        b = buckets[k]
+        span = b[-1].t_s - last_t
+        last_t = b[-1].t_s
+        if span <= 0 or k * INTERVAL_S < WARMUP_S:
+            continue
+        out.append((_decade(max(s.ber for s in b)), sum(s.bytes_in for s in b) * 8 / span / T1_BPS,
+                    sum(s.bytes_out for s in b) * 8 / span / T1_BPS))
+    return out
+
+
+def _emulator_start_unix(cell: str) -> float | None:
+    """satemu's start as Unix time (its final report), to place flow records
+    and router samples on its time series."""
+    import datetime as _dt
+    import json
+    for path in [os.path.join(cell, "emulator", "emulator.json"),
+                 *_glob(os.path.join(cell, "emulator", "*", "emulator.json"))]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                started = json.load(f).get("started_at")
+            return _dt.datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return None
+
+
+def _ber_at(samples: list[EmuSample], t_s: float) -> float:
+    import bisect
+    times = [s.t_s for s in samples]
+    i = bisect.bisect_right(times, t_s) - 1
+    return samples[max(0, min(i, len(samples) - 1))].ber if samples else 0.0
+
+
+def _uplink_flows(cell: str, samples: list[EmuSample], t0: float) -> list[tuple[str, float]]:
+    """(BER class at the flow's middle, goodput bit/s) of every completed flow
+    whose data crossed the noisy uplink (OU's uploads), from the sender's records."""
+    import json
+    out = []
+    for path in _glob(os.path.join(cell, "traffic", "client-*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("record") == "summary" or not rec.get("completed") or not rec.get("sender"):
+                    continue
+                mid = (float(rec["start"]) + float(rec["end"])) / 2 - t0
+                out.append((_decade(_ber_at(samples, mid)), float(rec.get("goodput_bps") or 0)))
+    return out
+
+
+def _generator_summary(cell: str) -> dict:
+    """Flows, peak concurrent flows and the generator's CPU share (both ends)."""
+    import json
+    flows, peak, cpu = 0, 0, 0.0
+    for path in _glob(os.path.join(cell, "traffic", "*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if '"summary"' not in line:
+                    continue
+                try:
+                    s = json.loads(line)
+                except ValueError:
+                    continue
+                if s.get("side") == "client":
+                    flows += int(s.get("flows") or 0)
+                    peak = max(peak, int(s.get("max_active") or 0))
+                cpu += float(s.get("cpu_share") or 0)
+    return {"flows": flows, "peak_active": peak, "cpu_share": cpu}
+
+
+def _router_drops(cell: str, node: str, port: str, t0: float) -> list[tuple[float, float]]:
+    """(satemu time, drops in that sample) at a router port's queue."""
+    import json
+    out, last = [], None
+    path = os.path.join(cell, "counters", "interfaces.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if row.get("node") != node or row.get("port") != port:
+                continue
+            d = float(row.get("dropped") or 0)
+            out.append((float(row["unix"]) - t0, d - last if last is not None else 0.0))
+            last = d
+    return out
+
+
+def multiflow_tables(out: str, rows: list[CellRow]) -> dict:
+    """Per configuration (queue, load, PEP): utilisation intervals and flow
+    goodputs by BER class, the generator's figures."""
+    tab: dict[tuple, dict] = {}
+    for r in rows:
+        if r.status not in MEASURED:
+            continue
+        cell = os.path.join(out, "cells", r.hash)
+        samples = _emulator_samples(cell, "a_to_b")
+        t0 = _emulator_start_unix(cell)
+        if not samples or t0 is None:
+            continue
+        key = (_param(r, "queue"), _param(r, "rate"), str(r.params.get("pep", "none")))
+        entry = tab.setdefault(key, {"util": defaultdict(list), "delivered": defaultdict(list),
+                                     "flows": defaultdict(list), "gen": [], "cells": []})
+        for dec, offered, delivered in _intervals(samples):
+            entry["util"][dec].append(offered)
+            entry["delivered"][dec].append(delivered)
+        for dec, bps in _uplink_flows(cell, samples, t0):
+            entry["flows"][dec].append(bps)
+        entry["gen"].append(_generator_summary(cell))
+        entry["cells"].append((cell, t0, samples))
+    return tab
+
+
+def _param(r: CellRow, short: str):
+    """An axis value by the end of its dotted name (queue, rate)."""
+    for k, v in r.params.items():
+        if "." in k and k.split(".")[-1] == short:
+            return v
+    return None
+
+
+def _cdf(ax, values: list[float], **kw) -> None:
+    xs = sorted(values)
+    ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", **kw)
+
+
+def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from satbed.charts import _table
+
+    tab = multiflow_tables(out, rows)
+    if not tab:
+        return ["<h2>Seed 004: multi-flow TCP under a drifting BER</h2><p>No measured cells yet.</p>"]
+    keys = sorted(tab, key=lambda k: (str(k[0]), str(k[1]), k[2] != "none", k[2]))
+    parts = ["<h2>Seed 004: hundreds of TCP flows under a drifting BER (the study's figures, our runs)</h2>",
+             _multiflow_config(out, rows)]
+
+    # Figures 3/4: CDF of per-interval link utilisation, one curve per BER class.
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    for ax, k in zip(axes[0], keys):
+        for i, dec in enumerate(DECADES):
+            vals = tab[k]["util"].get(dec)
+            if vals:
+                _cdf(ax, [100 * v for v in vals], color=f"C{i}", label=f"{dec} ({len(vals)})")
+        ax.axhline(.5, color="#888", lw=.6)
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        ax.set_xlabel("link utilisation per 5 s (%)")
+        ax.set_ylabel("cumulative fraction")
+        ax.set_xlim(0, 105)
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=6, title="BER (intervals)", title_fontsize=6)
+    fig.tight_layout()
+    parts.append(_figure("seed004_utilisation_cdf", out, fig,
+                         "Link utilisation per interval by BER (study Figures 3 and 4): the OU -> GRC direction, "
+                         "bytes entering the satellite link per 5 s over the T1 rate; the hairline is the median."))
+
+    # Figures 6/7: per-connection throughput CDFs by BER class.
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
+    for ax, k in zip(axes[0], keys):
+        for i, dec in enumerate(DECADES):
+            vals = tab[k]["flows"].get(dec)
+            if vals:
+                _cdf(ax, [v / 1e3 for v in vals], color=f"C{i}", label=f"{dec} ({len(vals)})")
+        ax.set_xscale("log")
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        ax.set_xlabel("connection throughput (kbit/s)")
+        ax.set_ylabel("cumulative fraction")
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=6, title="BER (flows)", title_fontsize=6)
+    fig.tight_layout()
+    parts.append(_figure("seed004_flow_throughput_cdf", out, fig,
+                         "Per-connection throughput by the BER at the connection's midpoint (study Figures 6 "
+                         "and 7): completed uploads from OU, goodput from the sender's own records."))
+
+    # Figures 2/5: bytes, BER and router drops over time, one run per configuration.
+    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), squeeze=False, sharex=True)
+    for ax, k in zip(axes[:, 0], keys):
+        cell, t0, samples = tab[k]["cells"][0]
+        per_s: dict[int, list[EmuSample]] = defaultdict(list)
+        for s in samples:
+            per_s[int(s.t_s)].append(s)
+        xs = sorted(per_s)
+        ax.plot(xs, [sum(s.bytes_in for s in per_s[x]) * 8 / 1e3 for x in xs], lw=1, color="C0",
+                label="kbit/s into the link")
+        ax.set_ylabel("kbit/s")
+        drops = ax.twinx()
+        drops.plot(xs, [sum(s.drop_ber for s in per_s[x]) for x in xs], lw=.8, color="C3",
+                   label="corruption drops/s")
+        rq: dict[int, float] = defaultdict(float)
+        for t, d in _router_drops(cell, "rOU", "sat", t0):
+            rq[int(t)] += d
+        drops.plot(xs, [rq.get(x, 0.0) for x in xs], lw=.8, color="C2", label="router queue drops/s")
+        drops.set_ylabel("drops/s")
+        ber = ax.twinx()
+        ber.spines["right"].set_position(("axes", 1.08))
+        ber.semilogy([s.t_s for s in samples if s.ber > 0], [s.ber for s in samples if s.ber > 0],
+                     color="#888", lw=.8, ls=":")
+        ber.set_ylabel("BER", color="#888")
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        lines = ax.get_legend_handles_labels()[0] + drops.get_legend_handles_labels()[0]
+        ax.legend(lines, [ln.get_label() for ln in lines], fontsize=6, loc="upper left")
+    axes[-1, 0].set_xlabel("time since the emulator started (s)")
+    fig.tight_layout()
+    parts.append(_figure("seed004_over_time", out, fig,
+                         "Transmitted bytes, BER and drops over time (study Figures 2 and 5): OU -> GRC, "
+                         "corruption drops on the link (emulator) and congestion drops at OU's router queue."))
+
+    def median(vals: list[float] | None) -> float | None:
+        return statistics.median(vals) if vals else None
+
+    body = []
+    for k in keys:
+        e = tab[k]
+        clean = median(e["util"].get("1e-9"))
+        worst = next((d for d in reversed(DECADES[:-1]) if e["util"].get(d)), None)
+        row = [str(k[0]), str(k[1]), k[2]]
+        row += [_fmt(100 * m, 0) if (m := median(e["util"].get(d))) is not None else "" for d in DECADES]
+        at5 = median(e["util"].get("1e-5"))
+        row.append(_fmt(100 * (clean - at5) / clean, 0) if clean and at5 is not None else "")
+        row.append(_fmt(100 * (clean - median(e["util"][worst])) / clean, 0) + f" ({worst})"
+                   if clean and worst else "")
+        fl = [median(e["flows"].get(d)) for d in ("1e-9", "1e-5", "1e-4")]
+        row += [_fmt(v / 1e3, 1) if v is not None else "" for v in fl]
+        gen = e["gen"]
+        row += [str(max(g["peak_active"] for g in gen)), str(sum(g["flows"] for g in gen)),
+                _fmt(max(g["cpu_share"] for g in gen), 2)]
+        body.append(row)
+    parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class (clean: the recovery "
+                 "after the pass), its degradation (%) from the error-free class 1e-9 to 1e-5 and to the "
+                 "noisiest class, median connection throughput "
+                 "(kbit/s), peak concurrent flows, flows started, and the generator's CPU (cores, both "
+                 "ends).</p>" + _table(
+                     ["queue", "load /s", "PEP", *DECADES, "degr. 1e-5", "degr. worst",
+                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU"], body))
+    return parts
+
+
+def _multiflow_config(out: str, rows: list[CellRow]) -> str:
+    return (
+        f"<p>Kernel: {html.escape(_kernels(out, rows))}.</p>"
+        "<p><b>Configuration.</b> OU host &mdash; router (HTB at the T1's 1.536 Mbit/s, drop-tail queue of "
+        "the axis' length) &mdash; satellite link (560 ms RTT; the OU &rarr; GRC direction's BER follows "
+        "scenarios/multiflow-ber.csv: clean, then 1e-9 to 1e-3 a fifth of a decade every 5 s, clean again) "
+        "&mdash; router &mdash; GRC host; the satellite link also carries at most a T1 (a PEP's own sending "
+        "leaves behind the router's shaper); PEP none or pepd at both ends of the satellite link. trafficgen "
+        "Poisson arrivals at the load knob's rate, half uploads from OU, SURGE web-object sizes. Time is "
+        "compressed 60 times: the study's 3-hour runs and 5-minute intervals are 220 s and 5 s here; the "
+        "first 10 s, while the load builds up, are left out.</p>"
+        "<p><b>Where this departs from the study.</b> Linux TCP (CUBIC, SACK) instead of NetBSD 1.3; "
+        "Linux HTB and pfifo instead of Cisco 2500 queues; a smooth BER ramp instead of the orbit's "
+        "(no FEC episodes); the SURGE size model instead of TrafGen's unpublished profile; no tcpslice "
+        "(every interval is kept); TCP's RTT is not compressed with the time, so an interval holds 9 RTTs, "
+        "not 540.</p>")

@@ -108,3 +108,63 @@ def test_split_gateways_page_puts_the_four_setups_side_by_side(tmp_path):
     assert "id='seed001_variants'" in page and "id='seed001_throughput_over_time'" in page
     assert page.index(">terrestrial<") < page.index(">satellite<") < page.index(">large-windows<") \
         < page.index(">gateways<")
+
+
+MULTI = "/repo/scenarios/multiflow-ber.yaml"
+QUEUE, LOAD = "topology.routers.rOU.interfaces.sat.queue", "workload.traffic.groups.0.rate"
+
+
+def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: float) -> CellRow:
+    """A 40 s run: 20 s at BER 1e-9, then 20 s at 1e-4; utilisation as given;
+    one 100 kbit/s upload in each half; 7 router drops in the noisy half."""
+    import json
+    cell = os.path.join(out, "cells", f"{n:016x}")
+    os.makedirs(os.path.join(cell, "emulator"))
+    os.makedirs(os.path.join(cell, "traffic"))
+    os.makedirs(os.path.join(cell, "counters"))
+    t0 = 1_700_000_000.0
+    with open(os.path.join(cell, "emulator", "emulator.json"), "w") as f:
+        json.dump({"started_at": "2023-11-14T22:13:20Z"}, f)     # = t0
+    with open(os.path.join(cell, "emulator", "emulator_timeseries.csv"), "w") as f:
+        f.write("t_s,direction,bytes_in,bytes_out,drop_ber,drop_queue,ber\n")
+        total = 0.0
+        for i in range(1, 401):
+            t = i / 10
+            noisy = t > 20
+            total += (util_noisy if noisy else util_clean) * studies.T1_BPS / 8 / 10
+            f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{i if noisy else 0},0,{1e-4 if noisy else 1e-9}\n")
+            f.write(f"{t:.1f},b_to_a,0,0,0,0,0\n")
+    with open(os.path.join(cell, "traffic", "client-0-ou.jsonl"), "w") as f:
+        for start, end in ((t0 + 2, t0 + 8), (t0 + 25, t0 + 35)):
+            f.write(json.dumps({"flow": 1, "start": start, "end": end, "completed": True, "sender": True,
+                                "goodput_bps": 100e3}) + "\n")
+        f.write(json.dumps({"record": "summary", "side": "client", "flows": 2, "max_active": 300,
+                            "cpu_share": 0.01}) + "\n")
+    with open(os.path.join(cell, "counters", "interfaces.jsonl"), "w") as f:
+        for t, dropped in ((t0 + 10, 0), (t0 + 30, 7)):
+            f.write(json.dumps({"unix": t, "node": "rOU", "port": "sat", "dropped": dropped}) + "\n")
+    return CellRow(hash=f"{n:016x}", experiment="multiflow-ber",
+                   params={**BASE, "client": "ping", "size": 10 << 20, "pep": pep, "scenario": MULTI,
+                           QUEUE: 20, LOAD: 6},
+                   config={}, repetition=0, status="ok", goodput_bps=None, metrics={})
+
+
+def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
+    out = str(tmp_path)
+    rows = [_multiflow_row(out, 1, "none", 0.8, 0.4), _multiflow_row(out, 2, "pepd", 0.9, 0.8)]
+    tab = studies.multiflow_tables(out, rows)
+    none = tab[(20, 6, "none")]
+    # 5 s intervals: 2 error-free after the 10 s warm-up, 4 noisy (the first
+    # holds one 1e-9 sample); the last, one sample at 40 s, is cut short.
+    assert none["util"]["1e-9"] == pytest.approx([0.8] * 2, rel=1e-6)
+    assert none["util"]["1e-4"] == pytest.approx([0.408, 0.4, 0.4, 0.4], rel=1e-6)
+    assert none["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}
+    drops = studies._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
+    assert drops == [(10.0, 0.0), (30.0, 7.0)]
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for r in rows:
+            s.put(r)
+    page = open(charts.build(out)).read()
+    for fig in ("seed004_utilisation_cdf", "seed004_flow_throughput_cdf", "seed004_over_time"):
+        assert f"id='{fig}'" in page
+    assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class

@@ -19,6 +19,7 @@ type ClientConfig struct {
 	Burst   time.Duration // pacer token-bucket depth; 0 means DefaultBurst
 	Timeout time.Duration // inactivity timeout
 	MTU     int           // 0 means DefaultMTU
+	Frame   int           // largest UDP payload; 0 means MTU - FrameMargin
 	// Checksum is the METADATA checksum a put sends (get uses the server's).
 	Checksum ChecksumType
 	// Descriptor fixes the put descriptor width; AutoDescriptor picks the
@@ -37,6 +38,7 @@ func (c *ClientConfig) defaults() {
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
+	c.Frame = FrameFor(c.MTU, c.Frame)
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
 	}
@@ -133,7 +135,8 @@ func describe(op, name string, err error) error {
 func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, error) {
 	cfg.defaults()
 	session := newSessionID()
-	req, err := (&Request{Descriptor: D64, Type: ReqGet, Session: session, Path: name}).Append(nil)
+	req, err := (&Request{Descriptor: D64, Type: ReqGet, Session: session, Path: name,
+		TxWilling: WillingYes, RxWilling: WillingYes}).Append(nil)
 	if err != nil {
 		return nil, describe("get", name, err)
 	}
@@ -150,7 +153,7 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 	}
 	start := time.Now()
 	rcv := newReceiver(receiverConfig{
-		Session: session, Descriptor: D64, MTU: cfg.MTU, Timeout: cfg.Timeout,
+		Session: session, Descriptor: D64, Frame: cfg.Frame, Timeout: cfg.Timeout,
 		Linger: cfg.Linger,
 		Retry:  func() error { return cc.send(req) }, RetryEvery: time.Second,
 	}, f, cc.send, cc.in)
@@ -206,7 +209,8 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 	session := newSessionID()
 	meta := &Metadata{Descriptor: desc, ChecksumType: cfg.Checksum, Checksum: sum, Session: session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(fi.ModTime()), Path: remote}}
-	req, err := (&Request{Descriptor: desc, Type: ReqPut, Session: session, Path: remote}).Append(nil)
+	req, err := (&Request{Descriptor: desc, Type: ReqPut, Session: session, Path: remote,
+		TxWilling: WillingYes, RxWilling: WillingYes}).Append(nil)
 	if err != nil {
 		return nil, describe("put", remote, err)
 	}
@@ -219,7 +223,7 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
 		return nil, describe("put", remote, err)
 	}
-	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, MTU: cfg.MTU, Timeout: cfg.Timeout},
+	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, Frame: cfg.Frame, Timeout: cfg.Timeout},
 		f, size, meta, cc.send, cc.in)
 	if err != nil {
 		return nil, describe("put", remote, err)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustHex(t testing.TB, s string) []byte {
@@ -142,7 +143,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"version 0", "03800000 00000001 0000000000000000"},
 		{"version 2", "43800000 00000001 0000000000000000"},
 		{"unknown type", "25800000 00000001"},
-		{"d128", "23c00000 00000001 00000000000000000000000000000000"},
+		{"d128 offset beyond 2^64", "23c00000 00000001 00000000000000010000000000000000"},
+		{"d128 truncated offset", "23c00000 00000001 0000000000000000"},
 		{"data short offset", "23800000 00000001 000000"},
 		{"data no session", "23800000 0000"},
 		{"data d16 past descriptor", "23000000 00000001 ffff 0102"},
@@ -176,7 +178,6 @@ func TestEncodeRejects(t *testing.T) {
 	}{
 		{"offset beyond d16", &Data{Descriptor: D16, Offset: 1 << 16}},
 		{"payload beyond d16", &Data{Descriptor: D16, Offset: 0xffff, Payload: []byte{1, 2}}},
-		{"d128 data", &Data{Descriptor: D128}},
 		{"md5 wrong length", &Metadata{Descriptor: D32, ChecksumType: CsumMD5, Checksum: []byte{1}}},
 		{"size beyond dirent descriptor", &Metadata{Descriptor: D16, Dirent: DirEnt{Descriptor: D16, Size: 1 << 20}}},
 		{"path with NUL", &Request{Path: "a\x00b"}},
@@ -284,4 +285,50 @@ func FuzzStatusRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTimestamps: the sender's timestamp is type 4 (64-bit POSIX seconds,
+// 32-bit nanoseconds); every type decodes without error, and the ones
+// carrying a time give it back.
+func TestTimestamps(t *testing.T) {
+	at := time.Unix(0x65000000, 123456789)
+	ts := NewTimestamp(at)
+	if want := mustHex(t, "04 0000000065000000 075bcd15 000000"); !bytes.Equal(ts[:], want) {
+		t.Fatalf("NewTimestamp = %x, want %x", ts, want)
+	}
+	tests := []struct {
+		name string
+		hex  string
+		want time.Time // zero: no usable time, but still a valid frame
+	}{
+		{"local interpretation", "00 0102030405060708090a0b0c0d0e0f", time.Time{}},
+		{"posix32", "01 65000000 00000000000000000000 00", time.Unix(0x65000000, 0)},
+		{"posix64", "02 0000000065000000 00000000000000", time.Unix(0x65000000, 0)},
+		{"posix32_32", "03 65000000 075bcd15 00000000000000", at},
+		{"posix64_32", "04 0000000065000000 075bcd15 000000", at},
+		{"epoch2000_32", "05 00000001 00000000000000000000 00", epoch2000.Add(time.Second)},
+		{"posix64_32 nanoseconds out of range", "04 0000000065000000 3b9aca00 000000", time.Time{}},
+		{"type 6", "06 0000000065000000 00000000 000000", time.Time{}},
+		{"type 255", "ff ffffffffffffffff ffffffff ffffff", time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b [TimestampLen]byte
+			copy(b[:], mustHex(t, tc.hex))
+			got, ok := ParseTimestamp(b)
+			if ok != !tc.want.IsZero() || (ok && !got.Equal(tc.want)) {
+				t.Fatalf("ParseTimestamp = %v, %v; want %v", got, ok, tc.want)
+			}
+			// A DATA frame carrying it decodes and is echoed unchanged.
+			frame := append(mustHex(t, "23090000 00000001"), b[:]...)
+			frame = append(frame, 0, 0, 'x')
+			f, err := Decode(frame)
+			if err != nil {
+				t.Fatalf("DATA with timestamp type %d: %v", b[0], err)
+			}
+			if f.(*Data).Timestamp != b {
+				t.Fatalf("timestamp changed: %x", f.(*Data).Timestamp)
+			}
+		})
+	}
 }

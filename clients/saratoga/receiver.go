@@ -25,8 +25,8 @@ type sinkFile interface {
 
 type receiverConfig struct {
 	Session        uint32
-	Descriptor     Descriptor // used for STATUS before any frame shows the sender's
-	MTU            int
+	Descriptor     Descriptor    // used for STATUS before any frame shows the sender's
+	Frame          int           // largest UDP payload to send
 	Timeout        time.Duration // give up after this long without a frame
 	StatusInterval time.Duration // unsolicited STATUS period
 	Linger         time.Duration // keep answering after completion
@@ -76,7 +76,7 @@ func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <
 	if cfg.RetryEvery <= 0 {
 		cfg.RetryEvery = time.Second
 	}
-	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.MTU)}
+	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.Frame)}
 }
 
 // newHash returns the hash for a checksum type (nil for none).
@@ -197,8 +197,16 @@ func (r *receiver) linger(ctx context.Context) {
 		case <-t.C:
 			return
 		case f := <-r.in:
-			if d, ok := f.(*Data); ok && d.ReqStatus {
-				r.sendStatus(d, ErrSuccess)
+			switch v := f.(type) {
+			case *Data:
+				if v.ReqStatus {
+					r.sendStatus(v, ErrSuccess)
+				}
+			case *Metadata:
+				// The sender of an empty object probes with METADATA.
+				if v.Session == r.cfg.Session {
+					r.sendStatus(nil, ErrSuccess)
+				}
 			}
 		}
 	}
@@ -333,7 +341,7 @@ func (r *receiver) sendStatus(req *Data, code ErrorCode) {
 		st.HasTimestamp, st.Timestamp = req.HasTimestamp, req.Timestamp
 	}
 	if code == ErrSuccess {
-		maxN := (r.cfg.MTU - WireOverhead - StatusHeaderLen(st.Descriptor, st.HasTimestamp)) / (2 * st.Descriptor.Size())
+		maxN := (r.cfg.Frame - StatusHeaderLen(st.Descriptor, st.HasTimestamp)) / (2 * st.Descriptor.Size())
 		st.Holes, st.Incomplete = r.got.holes(r.got.highest(), max(maxN, 0))
 	}
 	if st.Progress > st.Descriptor.Max() {

@@ -2,7 +2,6 @@ package saratoga
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -43,7 +42,7 @@ type senderConfig struct {
 	Descriptor Descriptor
 	RateBPS    int64
 	Burst      time.Duration // token-bucket depth; 0 means DefaultBurst
-	MTU        int           // IP MTU the frames must fit
+	Frame      int           // largest UDP payload (frame) to send
 	Timeout    time.Duration // give up after this long without a STATUS
 	// ReqEvery and ReqInterval bound how often DATA asks for a STATUS.
 	ReqEvery    int
@@ -70,15 +69,16 @@ type sender struct {
 	chunk int // payload bytes per DATA frame
 
 	nChunks  int
-	nextNew  int      // next never-sent chunk
-	lastSeq  []uint64 // transmission sequence of each chunk's last send
-	lastTime []int64  // monotonic ns of each chunk's last send
+	nextNew  int     // next never-sent chunk
+	lastSent []int64 // stamp of each chunk's last send
 	queued   []bool
 	queue    []int
 
-	seq         uint64 // frames sent so far (DATA and METADATA)
-	metaSeq     uint64
-	metaTime    time.Time
+	// stamp is the send time of the latest frame in Unix ns, made strictly
+	// increasing so it also orders frames: an echoed timestamp tells which
+	// frames were sent before the one that solicited a STATUS.
+	stamp       int64
+	metaStamp   int64
 	metaNeeded  bool
 	metaReady   bool
 	sinceReq    int
@@ -93,11 +93,11 @@ type sender struct {
 	readBuf     []byte
 }
 
-// chunkSize is the DATA payload per frame. Room for the optional timestamp
-// is always reserved so every chunk has the same size whether or not its
-// frame carries a STATUS request.
-func chunkSize(mtu int, d Descriptor) int {
-	return mtu - WireOverhead - DataHeaderLen(d, true)
+// chunkSize is the DATA payload per frame of at most frame bytes. Room for
+// the optional timestamp is always reserved so every chunk has the same
+// size whether or not its frame carries a STATUS request.
+func chunkSize(frame int, d Descriptor) int {
+	return frame - DataHeaderLen(d, true)
 }
 
 func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, send func([]byte) error, in <-chan any) (*sender, error) {
@@ -119,9 +119,9 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 	if size > cfg.Descriptor.Max() {
 		return nil, fmt.Errorf("size %d does not fit a %d-bit descriptor", size, cfg.Descriptor.Bits())
 	}
-	chunk := chunkSize(cfg.MTU, cfg.Descriptor)
+	chunk := chunkSize(cfg.Frame, cfg.Descriptor)
 	if chunk < 16 {
-		return nil, fmt.Errorf("MTU %d too small", cfg.MTU)
+		return nil, fmt.Errorf("frame size %d too small", cfg.Frame)
 	}
 	if cfg.LateChecksum != nil {
 		// Size the frame with a placeholder of the final checksum length.
@@ -131,16 +131,16 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 	if err != nil {
 		return nil, err
 	}
-	if len(mb)+WireOverhead > cfg.MTU {
-		return nil, fmt.Errorf("metadata frame of %d bytes exceeds MTU %d", len(mb), cfg.MTU)
+	if len(mb) > cfg.Frame {
+		return nil, fmt.Errorf("metadata frame of %d bytes exceeds the frame size %d", len(mb), cfg.Frame)
 	}
 	n := int((size + uint64(chunk) - 1) / uint64(chunk))
 	return &sender{
 		cfg: cfg, src: src, size: size, meta: mb, md: meta, send: send, in: in, chunk: chunk,
 		metaReady: cfg.LateChecksum == nil,
-		nChunks:   n, lastSeq: make([]uint64, n), lastTime: make([]int64, n), queued: make([]bool, n),
+		nChunks:   n, lastSent: make([]int64, n), queued: make([]bool, n),
 		metaNeeded: true,
-		buf:        make([]byte, 0, cfg.MTU), readBuf: make([]byte, chunk),
+		buf:        make([]byte, 0, cfg.Frame), readBuf: make([]byte, chunk),
 	}, nil
 }
 
@@ -171,7 +171,7 @@ func (s *sender) staleAfter() time.Duration {
 func (s *sender) run(ctx context.Context) (TransferStats, error) {
 	now := s.cfg.Now()
 	s.start, s.lastHeard, s.lastReqTime = now, now, now
-	pace := newPacer(s.cfg.RateBPS, s.cfg.MTU-WireOverhead, s.cfg.Burst, now)
+	pace := newPacer(s.cfg.RateBPS, s.cfg.Frame, s.cfg.Burst, now)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	type sumResult struct {
@@ -272,12 +272,18 @@ const (
 	kindProbe
 )
 
+// nextStamp returns the send stamp of a frame sent now: its Unix ns,
+// bumped past the previous frame's so that stamps never repeat.
+func (s *sender) nextStamp(now time.Time) int64 {
+	s.stamp = max(now.UnixNano(), s.stamp+1)
+	return s.stamp
+}
+
 // next builds the next frame to send, or nil if nothing is due.
 func (s *sender) next(now time.Time) []byte {
 	if s.metaNeeded && s.metaReady {
 		s.metaNeeded = false
-		s.seq++
-		s.metaSeq, s.metaTime = s.seq, now
+		s.metaStamp = s.nextStamp(now)
 		s.stats.MetadataSent++
 		return s.meta
 	}
@@ -296,7 +302,19 @@ func (s *sender) next(now time.Time) []byte {
 			s.stats.FirstPass = now.Sub(s.start)
 		}
 	case now.Sub(s.lastProbe) >= s.probeInterval():
-		c = s.nChunks - 1 // -1 for an empty object: an empty EOD frame
+		if s.nChunks == 0 {
+			// An empty object has no DATA frame to probe with, and a DATA
+			// frame without payload is one other implementations reject:
+			// the METADATA is re-sent instead (receivers answer it).
+			if !s.metaReady {
+				return nil
+			}
+			s.lastProbe = now
+			s.stats.ProbeFrames++
+			s.metaStamp = s.nextStamp(now)
+			return s.meta
+		}
+		c = s.nChunks - 1
 		kind = kindProbe
 	default:
 		return nil
@@ -306,24 +324,19 @@ func (s *sender) next(now time.Time) []byte {
 		// Last repair of a round in the tail: ask at once where we stand.
 		req = true
 	}
-	s.seq++
+	stamp := s.nextStamp(now)
 	d := Data{Descriptor: s.cfg.Descriptor, Session: s.cfg.Session, ReqStatus: req}
-	if c >= 0 {
-		start, end := s.chunkRange(c)
-		p := s.readBuf[:end-start]
-		if _, err := s.src.ReadAt(p, int64(start)); err != nil && !errors.Is(err, io.EOF) {
-			s.err = fmt.Errorf("sender: reading offset %d: %w", start, err)
-			return nil
-		}
-		d.Offset, d.Payload, d.EOD = start, p, end == s.size
-		s.lastSeq[c], s.lastTime[c] = s.seq, now.UnixNano()
-	} else {
-		d.EOD = true
+	start, end := s.chunkRange(c)
+	p := s.readBuf[:end-start]
+	if _, err := s.src.ReadAt(p, int64(start)); err != nil && !errors.Is(err, io.EOF) {
+		s.err = fmt.Errorf("sender: reading offset %d: %w", start, err)
+		return nil
 	}
+	d.Offset, d.Payload, d.EOD = start, p, end == s.size
+	s.lastSent[c] = stamp
 	if req {
 		d.HasTimestamp = true
-		binary.BigEndian.PutUint64(d.Timestamp[0:8], s.seq)
-		binary.BigEndian.PutUint64(d.Timestamp[8:16], uint64(now.UnixNano()))
+		d.Timestamp = NewTimestamp(time.Unix(0, stamp))
 		s.sinceReq, s.lastReqTime = 0, now
 	} else {
 		s.sinceReq++
@@ -357,13 +370,14 @@ func (s *sender) handle(f any) {
 		s.err = &RemoteError{Code: st.Error}
 		return
 	}
-	var echoSeq uint64
+	// An echoed timestamp is one of ours (type TSPosix64_32, a stamp no
+	// later than the latest frame) or is ignored.
+	var echoStamp int64
 	echo := false
-	if st.HasTimestamp {
-		seq := binary.BigEndian.Uint64(st.Timestamp[0:8])
-		sent := int64(binary.BigEndian.Uint64(st.Timestamp[8:16]))
-		if seq > 0 && seq <= s.seq && sent <= now.UnixNano() {
-			echo, echoSeq = true, seq
+	if t, ok := ParseTimestamp(st.Timestamp); st.HasTimestamp && ok && TimestampType(st.Timestamp[0]) == TSPosix64_32 {
+		sent := t.UnixNano()
+		if sent > 0 && sent <= s.stamp && sent <= now.UnixNano() {
+			echo, echoStamp = true, sent
 			sample := time.Duration(now.UnixNano() - sent)
 			if s.stats.SRTT == 0 {
 				s.stats.SRTT = sample
@@ -373,7 +387,7 @@ func (s *sender) handle(f any) {
 		}
 	}
 	if st.MetadataMissing {
-		if (echo && s.metaSeq < echoSeq) || (!echo && now.Sub(s.metaTime) > s.staleAfter()) {
+		if (echo && s.metaStamp < echoStamp) || (!echo && s.metaStamp < now.Add(-s.staleAfter()).UnixNano()) {
 			s.metaNeeded = true
 		}
 		// Without metadata the receiver cannot be complete.
@@ -396,7 +410,7 @@ func (s *sender) handle(f any) {
 			// Resend only if the copy the receiver is missing was sent
 			// before the frame that solicited this STATUS; later copies
 			// may still be in flight.
-			if (echo && s.lastSeq[c] < echoSeq) || (!echo && s.lastTime[c] < stale) {
+			if (echo && s.lastSent[c] < echoStamp) || (!echo && s.lastSent[c] < stale) {
 				s.queued[c] = true
 				s.queue = append(s.queue, c)
 				if s.nextNew >= s.nChunks {

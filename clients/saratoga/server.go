@@ -28,6 +28,7 @@ type Server struct {
 	Checksum       ChecksumType
 	Timeout        time.Duration // per-session inactivity timeout
 	MTU            int
+	Frame          int           // largest UDP payload; 0 means MTU - FrameMargin
 	Linger         time.Duration // how long a finished put keeps answering
 	MaxSessions    int           // concurrent transactions; 0 means 64
 	Log            *log.Logger   // nil discards
@@ -77,6 +78,7 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	if s.MTU == 0 {
 		s.MTU = DefaultMTU
 	}
+	s.Frame = FrameFor(s.MTU, s.Frame)
 	if s.Timeout <= 0 {
 		s.Timeout = 30 * time.Second
 	}
@@ -270,7 +272,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 	ctime := changeTime(fi)
 	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Session: req.Session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
-	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, Burst: s.Burst, MTU: s.MTU, Timeout: s.Timeout,
+	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, Burst: s.Burst, Frame: s.Frame, Timeout: s.Timeout,
 		LateChecksum: func() ([]byte, error) { return ChecksumOf(f, size, s.Checksum) }},
 		f, size, meta, send, in)
 	if err != nil {
@@ -324,7 +326,7 @@ func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *
 		keep = true
 		return nil
 	}
-	rcv := newReceiver(receiverConfig{Session: req.Session, Descriptor: desc, MTU: s.MTU, Timeout: s.Timeout, Linger: s.Linger, OnComplete: commit},
+	rcv := newReceiver(receiverConfig{Session: req.Session, Descriptor: desc, Frame: s.Frame, Timeout: s.Timeout, Linger: s.Linger, OnComplete: commit},
 		f, send, in)
 	// Accept: an empty STATUS tells the client to start sending.
 	rcv.sendStatus(nil, ErrSuccess)
