@@ -319,7 +319,11 @@ func (t *Tunnel) sendLoop() {
 			return
 		}
 		now := time.Now()
-		if w := t.pace.wait(maxBits, now); w > 0 {
+		// Control frames (status, HELLO, open, reset) never wait for the
+		// pacer: they are few and small, and a status held back behind
+		// data would read as queueing delay at the peer, whose rate would
+		// then drop, and so on. They are charged, so data makes room.
+		if w := t.pace.wait(maxBits, now); w > 0 && len(t.ctrl) == 0 {
 			t.ctl.limited = true
 			t.mu.Unlock()
 			time.Sleep(w)
@@ -582,6 +586,17 @@ func (t *Tunnel) tickLoop() {
 	}
 }
 
+// floorLocked is the lowest pacing rate: a quarter of the hint (a path
+// can lose that much of the rate it was configured for and still be
+// followed), so a host too busy to send on time, whose delays look like
+// queueing, cannot talk the rate down to nothing.
+func (t *Tunnel) floorLocked() float64 {
+	if t.cap > 0 {
+		return max(minRate, float64(t.cap)/4)
+	}
+	return minRate
+}
+
 // rtoLocked is how long a frame may go unanswered before it is resent:
 // the smoothed round trip plus its variation plus the status interval
 // (the receiver batches its answers).
@@ -637,7 +652,7 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 		} else {
 			r *= 0.9
 		}
-		r = max(r, minRate)
+		r = max(r, t.floorLocked())
 		c.startup = false
 		t.st.RateDecreases++
 	case c.limited && (t.cap == 0 || r < float64(t.cap)):
