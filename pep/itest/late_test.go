@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -150,5 +151,31 @@ func TestLateWANPacketsDropped(t *testing.T) {
 	c = dialFrom() // same 4-tuple: must be diverted and split again
 	ping(t, c, "second")
 	waitStats(t, b.nodes[0], "the reused tuple split again", func(s snapshot) bool { return s.ConnectionsSplit == 2 })
+	abort(c)
+	waitStats(t, b.nodes[0], "the second reset propagated", func(s snapshot) bool {
+		return s.ResetsPropagated == 2 && s.ConnectionsActive == 0
+	})
+
+	// pepd gone, rules left (a crash): a SYN finds no listener and its
+	// flow crosses unsplit, as across a bridge, although its tuple was
+	// split a moment ago.
+	pid := pidOf(b.nodes[0])
+	b.nodes[0].Kill()
+	// The listener outlives the pid by a moment (a SYN it still takes is
+	// then reset): wait until the namespace has no TCP socket left.
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := netns.Exec(b.nodes[0].NS, "ss", "-Htan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !running(pid) && strings.TrimSpace(out) == "" {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("pepd (pid %s) or its sockets survived SIGKILL:\n%s", pid, out)
+		}
+	}
+	c = dialFrom()
+	ping(t, c, "unsplit")
 	c.Close()
 }

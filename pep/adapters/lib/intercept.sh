@@ -20,8 +20,9 @@
 #     ways round, into the timed set @split, every packet a proxy socket
 #     takes refreshes it, and a packet of a tuple in @split that no socket
 #     takes is dropped. SYNs are diverted before that drop, so a new
-#     connection on a reused tuple is split again; flows never diverted
-#     never enter the set and pass as before.
+#     connection on a reused tuple is split again; a SYN not diverted
+#     (proxy not listening) removes its tuple, so its flow passes unsplit;
+#     flows never diverted never enter the set and pass as before.
 #  5. Everything else (a TCP flow the proxy does not own, e.g. while it
 #     refuses new connections) is routed back out of the bridge unsplit,
 #     hence ip_forward=1 and no ICMP redirects. Routing costs a hop of TTL,
@@ -64,6 +65,13 @@ INTERCEPT_METRIC=4242
 INTERCEPT_SPLIT_TIMEOUT=5m
 
 _icpt_err() { echo "$*" >&2; }
+
+# _icpt_split_delete: a SYN not diverted (the proxy closed its listener,
+# e.g. overflow=passthrough, or is gone) starts an unsplit flow; its tuple
+# must leave @split, or the flow's own packets would be dropped.
+_icpt_split_delete() {
+	printf '%s' 'delete @split { ip saddr . tcp sport . ip daddr . tcp dport } delete @split { ip daddr . tcp dport . ip saddr . tcp sport }'
+}
 
 # _icpt_split_update: the statements (re)adding a packet's 4-tuple, both
 # ways round, to @split with the set's timeout. Placed after tproxy, so
@@ -162,6 +170,7 @@ table ip $INTERCEPT_TABLE {
 		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 $(_icpt_split_update) accept
 		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 $(_icpt_split_update) accept
 		$wan_tproxy
+		meta l4proto tcp tcp flags & (syn|ack) == syn $(_icpt_split_delete)
 		meta l4proto tcp ip saddr . tcp sport . ip daddr . tcp dport @split counter drop
 		meta l4proto tcp ip ttl vmap { $(_icpt_ttl_vmap) }
 	}
