@@ -51,7 +51,7 @@ func (c *ClientConfig) defaults() {
 type clientConn struct {
 	conn net.PacketConn
 	own  bool
-	peer net.Addr
+	out  *batchSender
 	in   chan any
 	bad  atomic.Uint64
 	wg   sync.WaitGroup
@@ -62,7 +62,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve server %q: %w", cfg.Server, err)
 	}
-	c := &clientConn{conn: cfg.Conn, peer: peer, in: make(chan any, 8192)}
+	c := &clientConn{conn: cfg.Conn, in: make(chan any, 8192)}
 	if c.conn == nil {
 		network := "udp4"
 		if peer.IP.To4() == nil {
@@ -75,6 +75,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 		// Room for a burst of frames while the receiver writes to disk.
 		SetSocketBuffers(c.conn, 4<<20)
 	}
+	c.out = newBatchSender(c.conn, peer)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -93,10 +94,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	return c, nil
 }
 
-func (c *clientConn) send(b []byte) error {
-	_, err := c.conn.WriteTo(b, c.peer)
-	return err
-}
+func (c *clientConn) send(b []byte) error { return c.out.send(b) }
 
 func (c *clientConn) close() {
 	if c.own {
@@ -224,7 +222,7 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 		return nil, describe("put", remote, err)
 	}
 	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, Frame: cfg.Frame, Timeout: cfg.Timeout},
-		f, size, meta, cc.send, cc.in)
+		f, size, meta, cc.out.sendBatch, cc.in)
 	if err != nil {
 		return nil, describe("put", remote, err)
 	}

@@ -150,7 +150,7 @@ func (r *receiver) run(ctx context.Context) (TransferStats, *Metadata, error) {
 			}
 		}
 	}
-	if err := r.advanceHash(); err != nil {
+	if err := r.advanceHash(0, nil); err != nil {
 		r.sendStatus(nil, ErrUnspecified)
 		return r.stats, r.meta, err
 	}
@@ -254,7 +254,7 @@ func (r *receiver) handle(f any) error {
 			r.sendStatus(nil, ErrCantReceive)
 			return fmt.Errorf("receiver: %w", err)
 		}
-		if err := r.advanceHash(); err != nil {
+		if err := r.advanceHash(0, nil); err != nil {
 			r.sendStatus(nil, ErrCantReceive)
 			return err
 		}
@@ -290,7 +290,7 @@ func (r *receiver) handle(f any) error {
 					r.sendStatus(nil, ErrCantReceive)
 					return fmt.Errorf("receiver: write at %d: %w", v.Offset, err)
 				}
-				if err := r.advanceHash(); err != nil {
+				if err := r.advanceHash(v.Offset, v.Payload); err != nil {
 					r.sendStatus(nil, ErrCantReceive)
 					return err
 				}
@@ -305,12 +305,19 @@ func (r *receiver) handle(f any) error {
 	return nil
 }
 
-// advanceHash feeds newly contiguous bytes to the checksum.
-func (r *receiver) advanceHash() error {
+// advanceHash feeds newly contiguous bytes to the checksum. p, at offset
+// off, is a frame just written: the bytes it holds are hashed from memory
+// rather than read back from the file (one system call less per frame).
+func (r *receiver) advanceHash(off uint64, p []byte) error {
 	if r.hasher == nil {
 		return nil
 	}
 	end := min(r.got.contiguous(), r.meta.Dirent.Size)
+	if off <= r.hashed && r.hashed < off+uint64(len(p)) && r.hashed < end {
+		n := min(off+uint64(len(p)), end) - r.hashed
+		r.hasher.Write(p[r.hashed-off : r.hashed-off+n])
+		r.hashed += n
+	}
 	if r.hashBuf == nil && end > r.hashed {
 		r.hashBuf = make([]byte, 256<<10)
 	}

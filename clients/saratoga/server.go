@@ -174,10 +174,7 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 
 // refuse answers a REQUEST with an error STATUS.
 func refuse(conn net.PacketConn, addr net.Addr, req *Request, code ErrorCode) {
-	st := Status{Descriptor: D64, Session: req.Session, Error: code, MetadataMissing: true}
-	if req.Descriptor != D128 {
-		st.Descriptor = req.Descriptor
-	}
+	st := Status{Descriptor: req.Descriptor, Session: req.Session, Error: code, MetadataMissing: true}
 	if b, err := st.Append(nil); err == nil {
 		_, _ = conn.WriteTo(b, addr)
 	}
@@ -217,10 +214,7 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 		rf(ErrAccessDenied)
 		return fmt.Errorf("path %q outside root", req.Path)
 	}
-	send := func(b []byte) error {
-		_, err := conn.WriteTo(b, addr)
-		return err
-	}
+	out := newBatchSender(conn, addr)
 	var (
 		sum *Summary
 		err error
@@ -228,9 +222,9 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	start := time.Now()
 	switch req.Type {
 	case ReqGet:
-		sum, err = s.serveGet(ctx, root, name, req, send, in, rf)
+		sum, err = s.serveGet(ctx, root, name, req, out.sendBatch, in, rf)
 	case ReqPut:
-		sum, err = s.servePut(ctx, root, name, req, send, in, rf)
+		sum, err = s.servePut(ctx, root, name, req, out.send, in, rf)
 	default:
 		rf(ErrBadRequest)
 		err = fmt.Errorf("request type %d not supported", req.Type)
@@ -244,7 +238,7 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	return nil
 }
 
-func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, rf func(ErrorCode)) (*Summary, error) {
+func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([][]byte), in <-chan any, rf func(ErrorCode)) (*Summary, error) {
 	f, err := root.Open(name)
 	if err != nil {
 		rf(openErrorCode(err))
@@ -311,9 +305,6 @@ func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *
 		}
 	}()
 	desc := req.Descriptor
-	if desc == D128 {
-		desc = D64
-	}
 	// The file is moved into place as soon as it verifies, before the
 	// final STATUS tells the client it is done.
 	commit := func() error {
