@@ -96,6 +96,14 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 
 func (c *clientConn) send(b []byte) error { return c.out.send(b) }
 
+// beacon announces this client to the server ahead of its REQUEST; it is
+// advisory, so a failure to send it is ignored.
+func (c *clientConn) beacon() {
+	if b, err := localBeacon("").Append(nil); err == nil {
+		_ = c.send(b)
+	}
+}
+
 func (c *clientConn) close() {
 	if c.own {
 		c.conn.Close()
@@ -149,6 +157,7 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 		os.Remove(tmp)
 		return nil, describe("get", name, err)
 	}
+	cc.beacon()
 	start := time.Now()
 	rcv := newReceiver(receiverConfig{
 		Session: session, Descriptor: D64, Frame: cfg.Frame, Timeout: cfg.Timeout,
@@ -217,6 +226,7 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 		return nil, describe("put", remote, err)
 	}
 	defer cc.close()
+	cc.beacon()
 	start := time.Now()
 	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
 		return nil, describe("put", remote, err)

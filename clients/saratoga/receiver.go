@@ -64,7 +64,15 @@ type receiver struct {
 	// completedAt is when the object was complete and verified.
 	completedAt time.Time
 	buf         []byte
+	// wbuf collects a run of consecutive frames so the file is written in
+	// blocks (one system call per writeBlock, not per frame); wOff is
+	// where it goes.
+	wbuf []byte
+	wOff uint64
 }
+
+// writeBlock is the largest run of frames written to the file at once.
+const writeBlock = 256 << 10
 
 func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <-chan any) *receiver {
 	if cfg.Now == nil {
@@ -149,6 +157,10 @@ func (r *receiver) run(ctx context.Context) (TransferStats, *Metadata, error) {
 				r.sendStatus(nil, ErrSuccess)
 			}
 		}
+	}
+	if err := r.flush(); err != nil {
+		r.sendStatus(nil, ErrCantReceive)
+		return r.stats, r.meta, err
 	}
 	if err := r.advanceHash(0, nil); err != nil {
 		r.sendStatus(nil, ErrUnspecified)
@@ -286,7 +298,7 @@ func (r *receiver) handle(f any) error {
 				if below {
 					r.stats.RetransmittedFrames++
 				}
-				if _, err := r.dst.WriteAt(v.Payload, int64(v.Offset)); err != nil {
+				if err := r.write(v.Offset, v.Payload); err != nil {
 					r.sendStatus(nil, ErrCantReceive)
 					return fmt.Errorf("receiver: write at %d: %w", v.Offset, err)
 				}
@@ -301,6 +313,39 @@ func (r *receiver) handle(f any) error {
 		if v.ReqStatus && !r.complete() {
 			r.sendStatus(v, ErrSuccess)
 		}
+	}
+	return nil
+}
+
+// write stores p at off, extending the pending block when p follows it.
+func (r *receiver) write(off uint64, p []byte) error {
+	if len(r.wbuf) > 0 && off == r.wOff+uint64(len(r.wbuf)) && len(r.wbuf)+len(p) <= writeBlock {
+		r.wbuf = append(r.wbuf, p...)
+		return nil
+	}
+	if err := r.flush(); err != nil {
+		return err
+	}
+	if r.wbuf == nil {
+		r.wbuf = make([]byte, 0, writeBlock)
+	}
+	if len(p) > writeBlock {
+		_, err := r.dst.WriteAt(p, int64(off))
+		return err
+	}
+	r.wbuf, r.wOff = append(r.wbuf[:0], p...), off
+	return nil
+}
+
+// flush writes the pending block.
+func (r *receiver) flush() error {
+	if len(r.wbuf) == 0 {
+		return nil
+	}
+	_, err := r.dst.WriteAt(r.wbuf, int64(r.wOff))
+	r.wbuf = r.wbuf[:0]
+	if err != nil {
+		return fmt.Errorf("receiver: write at %d: %w", r.wOff, err)
 	}
 	return nil
 }
@@ -320,6 +365,11 @@ func (r *receiver) advanceHash(off uint64, p []byte) error {
 	}
 	if r.hashBuf == nil && end > r.hashed {
 		r.hashBuf = make([]byte, 256<<10)
+	}
+	if r.hashed < end {
+		if err := r.flush(); err != nil {
+			return err
+		}
 	}
 	for r.hashed < end {
 		p := r.hashBuf[:min(uint64(len(r.hashBuf)), end-r.hashed)]

@@ -32,20 +32,25 @@ type Server struct {
 	Linger         time.Duration // how long a finished put keeps answering
 	MaxSessions    int           // concurrent transactions; 0 means 64
 	Log            *log.Logger   // nil discards
+	// BeaconTo, if set, receives a BEACON every BeaconEvery (default 10 s).
+	BeaconTo    []net.Addr
+	BeaconEvery time.Duration
 
 	malformed atomic.Uint64
 	sessions  atomic.Uint64
 	failed    atomic.Uint64
+	beacons   atomic.Uint64
 }
 
 // ServerStats are cumulative server counters.
 type ServerStats struct {
-	Malformed, Sessions, Failed uint64
+	Malformed, Sessions, Failed, Beacons uint64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{Malformed: s.malformed.Load(), Sessions: s.sessions.Load(), Failed: s.failed.Load()}
+	return ServerStats{Malformed: s.malformed.Load(), Sessions: s.sessions.Load(), Failed: s.failed.Load(),
+		Beacons: s.beacons.Load()}
 }
 
 type sessionKey struct {
@@ -102,7 +107,23 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
 	defer stop()
 
+	if len(s.BeaconTo) > 0 {
+		every := s.BeaconEvery
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			beaconLoop(ctx, conn, s.BeaconTo, every, s.Root)
+		}()
+	}
 	dispatch := func(addr net.Addr, f any) {
+		if b, ok := f.(*Beacon); ok {
+			s.beacons.Add(1)
+			s.logf("beacon from %v: %q, descriptor %d, tx-willing %d, rx-willing %d", addr, b.EID, b.Descriptor.Bits(), b.TxWilling, b.RxWilling)
+			return
+		}
 		key := sessionKey{addr.String(), frameSession(f)}
 		mu.Lock()
 		sess := sessions[key]
