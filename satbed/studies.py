@@ -501,6 +501,7 @@ def _split_config(out: str, rows: list[CellRow]) -> str:
 
 T1_BPS = 1_536_000      # the study's T1 payload rate, as the routers shape it
 INTERVAL_S = 5.0        # the study's 5-minute intervals, compressed 60 times
+WARMUP_S = 10.0         # the load builds up from no flows: intervals before are left out
 
 
 @dataclass
@@ -542,14 +543,15 @@ def _glob(pattern: str) -> list[str]:
 
 
 def _decade(ber: float) -> str:
-    """The study's BER classes: 1e-9 counts as error-free, as the study took it."""
+    """The study's BER classes (1e-9 is its error-free case); "clean" is BER 0,
+    the recovery after the pass."""
     import math
     if ber <= 0:
         return "clean"
     return f"1e{math.floor(math.log10(ber) + 1e-9)}"
 
 
-DECADES = ["clean", "1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3"]
+DECADES = ["1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3", "clean"]
 
 
 def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
@@ -564,7 +566,7 @@ def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
         b = buckets[k]
         span = b[-1].t_s - last_t
         last_t = b[-1].t_s
-        if span <= 0:
+        if span <= 0 or k * INTERVAL_S < WARMUP_S:
             continue
         out.append((_decade(max(s.ber for s in b)), sum(s.bytes_in for s in b) * 8 / span / T1_BPS,
                     sum(s.bytes_out for s in b) * 8 / span / T1_BPS))
@@ -781,26 +783,27 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
     body = []
     for k in keys:
         e = tab[k]
-        clean = median(e["util"].get("clean")) or median(e["util"].get("1e-9"))
-        worst = next((d for d in reversed(DECADES) if e["util"].get(d)), None)
+        clean = median(e["util"].get("1e-9"))
+        worst = next((d for d in reversed(DECADES[:-1]) if e["util"].get(d)), None)
         row = [str(k[0]), str(k[1]), k[2]]
         row += [_fmt(100 * m, 0) if (m := median(e["util"].get(d))) is not None else "" for d in DECADES]
         at5 = median(e["util"].get("1e-5"))
         row.append(_fmt(100 * (clean - at5) / clean, 0) if clean and at5 is not None else "")
         row.append(_fmt(100 * (clean - median(e["util"][worst])) / clean, 0) + f" ({worst})"
                    if clean and worst else "")
-        fl = [median(e["flows"].get(d)) for d in ("clean", "1e-5", "1e-4")]
+        fl = [median(e["flows"].get(d)) for d in ("1e-9", "1e-5", "1e-4")]
         row += [_fmt(v / 1e3, 1) if v is not None else "" for v in fl]
         gen = e["gen"]
         row += [str(max(g["peak_active"] for g in gen)), str(sum(g["flows"] for g in gen)),
                 _fmt(max(g["cpu_share"] for g in gen), 2)]
         body.append(row)
-    parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class, its degradation (%) from "
-                 "the clean intervals to 1e-5 and to the noisiest class, median connection throughput "
+    parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class (clean: the recovery "
+                 "after the pass), its degradation (%) from the error-free class 1e-9 to 1e-5 and to the "
+                 "noisiest class, median connection throughput "
                  "(kbit/s), peak concurrent flows, flows started, and the generator's CPU (cores, both "
                  "ends).</p>" + _table(
                      ["queue", "load /s", "PEP", *DECADES, "degr. 1e-5", "degr. worst",
-                      "flow clean", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU"], body))
+                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU"], body))
     return parts
 
 
@@ -810,9 +813,11 @@ def _multiflow_config(out: str, rows: list[CellRow]) -> str:
         "<p><b>Configuration.</b> OU host &mdash; router (HTB at the T1's 1.536 Mbit/s, drop-tail queue of "
         "the axis' length) &mdash; satellite link (560 ms RTT; the OU &rarr; GRC direction's BER follows "
         "scenarios/multiflow-ber.csv: clean, then 1e-9 to 1e-3 a fifth of a decade every 5 s, clean again) "
-        "&mdash; router &mdash; GRC host; PEP none or pepd at both ends of the satellite link. trafficgen "
+        "&mdash; router &mdash; GRC host; the satellite link also carries at most a T1 (a PEP's own sending "
+        "leaves behind the router's shaper); PEP none or pepd at both ends of the satellite link. trafficgen "
         "Poisson arrivals at the load knob's rate, half uploads from OU, SURGE web-object sizes. Time is "
-        "compressed 60 times: the study's 3-hour runs and 5-minute intervals are 205 s and 5 s here.</p>"
+        "compressed 60 times: the study's 3-hour runs and 5-minute intervals are 220 s and 5 s here; the "
+        "first 10 s, while the load builds up, are left out.</p>"
         "<p><b>Where this departs from the study.</b> Linux TCP (CUBIC, SACK) instead of NetBSD 1.3; "
         "Linux HTB and pfifo instead of Cisco 2500 queues; a smooth BER ramp instead of the orbit's "
         "(no FEC episodes); the SURGE size model instead of TrafGen's unpublished profile; no tcpslice "

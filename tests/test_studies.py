@@ -115,7 +115,7 @@ QUEUE, LOAD = "topology.routers.rOU.interfaces.sat.queue", "workload.traffic.gro
 
 
 def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: float) -> CellRow:
-    """A 40 s run: 20 s clean, then 20 s at BER 1e-4; utilisation as given;
+    """A 40 s run: 20 s at BER 1e-9, then 20 s at 1e-4; utilisation as given;
     one 100 kbit/s upload in each half; 7 router drops in the noisy half."""
     import json
     cell = os.path.join(out, "cells", f"{n:016x}")
@@ -132,7 +132,7 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
             t = i / 10
             noisy = t > 20
             total += (util_noisy if noisy else util_clean) * studies.T1_BPS / 8 / 10
-            f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{i if noisy else 0},0,{1e-4 if noisy else 0}\n")
+            f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{i if noisy else 0},0,{1e-4 if noisy else 1e-9}\n")
             f.write(f"{t:.1f},b_to_a,0,0,0,0,0\n")
     with open(os.path.join(cell, "traffic", "client-0-ou.jsonl"), "w") as f:
         for start, end in ((t0 + 2, t0 + 8), (t0 + 25, t0 + 35)):
@@ -154,11 +154,11 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     rows = [_multiflow_row(out, 1, "none", 0.8, 0.4), _multiflow_row(out, 2, "pepd", 0.9, 0.8)]
     tab = studies.multiflow_tables(out, rows)
     none = tab[(20, 6, "none")]
-    # 5 s intervals: 4 clean, 4 noisy (the first holds one clean sample);
-    # the last, one sample at 40 s, is cut short by the run's end.
-    assert none["util"]["clean"] == pytest.approx([0.8] * 4, rel=1e-6)
+    # 5 s intervals: 2 error-free after the 10 s warm-up, 4 noisy (the first
+    # holds one 1e-9 sample); the last, one sample at 40 s, is cut short.
+    assert none["util"]["1e-9"] == pytest.approx([0.8] * 2, rel=1e-6)
     assert none["util"]["1e-4"] == pytest.approx([0.408, 0.4, 0.4, 0.4], rel=1e-6)
-    assert none["flows"] == {"clean": [100e3], "1e-4": [100e3]}
+    assert none["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}
     drops = studies._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
     assert drops == [(10.0, 0.0), (30.0, 7.0)]
     with Store(os.path.join(out, "results.sqlite")) as s:
