@@ -41,7 +41,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.path import Path as MPath  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from .tcptrace import Connection, TcptraceError, _run, TCPTRACE  # noqa: E402
+from .tcptrace import TcptraceError, _run, TCPTRACE  # noqa: E402
 
 TWO_POINT = {"dot", "plus", "box", "diamond", "x", "invisible",
              "uarrow", "darrow", "larrow", "rarrow",
@@ -523,12 +523,3 @@ def draw_from_xpl(outdir: Path, src: str, dst: str, window: Window | None = None
     elif rtt is not None:
         graphs["rtt"] = draw_rtt(rtt, outdir)
     return graphs
-
-
-def make_graphs(outdir: Path, conn: Connection, pcap: Path, window: Window | None = None,
-                origin: float | None = None) -> dict[str, str]:
-    """xplot files for the main connection plus PNGs of its data direction."""
-    generate_xplot(pcap, outdir, conn.index)
-    data, _ = conn.data_direction()
-    return draw_from_xpl(outdir, data.src, data.dst, window, origin)
-
