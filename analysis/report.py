@@ -284,6 +284,7 @@ def _udp_table(entry: dict[str, Any]) -> str:
 # (result.json key, label, formatter) for the headline table, in this order.
 HEADLINE = [
     ("integrity", "integrity (SHA-256)", "auto"),
+    ("prefix_integrity", "integrity of the bytes that arrived", "auto"),
     ("bytes", "bytes delivered", "int"),
     ("seconds", "transfer time (s)", "float3"),
     ("goodput_bps", "goodput (application)", "mbps"),
@@ -317,7 +318,10 @@ def _headline(config: dict[str, Any] | None, result: dict[str, Any] | None) -> s
             continue
         v = res[key]
         text = f"{v:.3f}" if kind == "float3" and isinstance(v, (int, float)) else _fmt(v, kind)
-        cls = ' class="bad"' if key == "error" or (key == "integrity" and v != "ok") else " class=num"
+        # A time-limited transfer is incomplete by design; its prefix check is the verdict.
+        bad = key == "error" or (key in ("integrity", "prefix_integrity") and v != "ok"
+                                 and not (key == "integrity" and res.get("time_limited")))
+        cls = ' class="bad"' if bad else " class=num"
         rows.append(f"<tr><th>{_e(label)}</th><td{cls}>{_e(text)}</td></tr>")
     if res.get("started") and res.get("finished"):
         rows.append(f"<tr><th>run (UTC)</th><td>{_e(_fmt(res['started'], 'time')[:19])} to "
