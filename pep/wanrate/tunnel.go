@@ -115,6 +115,7 @@ type Tunnel struct {
 		start     time.Time
 		minSample time.Duration
 		limited   bool // the pacer, not data or windows, held the sender back
+		queued    bool // the previous interval saw queueing delay
 		startup   bool
 		// resolved counts the wire bits of data frames whose fate became
 		// known in the interval (delivered, or lost after crossing the
@@ -642,8 +643,11 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 	}
 	r := t.pace.rate
 	thresh := max(5*time.Millisecond, t.minRTT/10)
+	queueing := c.minSample > t.minRTT+thresh
 	switch {
-	case c.minSample > t.minRTT+thresh:
+	case queueing && c.queued:
+		// Queueing in two intervals in a row: a busy host stalls for
+		// one now and then, a slower link queues for good.
 		// Down to a little under what the bottleneck passed, so the
 		// queue drains; a fixed cut per round trip would keep cutting
 		// while the queue built meanwhile drains.
@@ -655,7 +659,7 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 		r = max(r, t.floorLocked())
 		c.startup = false
 		t.st.RateDecreases++
-	case c.limited && (t.cap == 0 || r < float64(t.cap)):
+	case !queueing && c.limited && (t.cap == 0 || r < float64(t.cap)):
 		if c.startup {
 			r *= 1.25
 		} else {
@@ -666,5 +670,6 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 		}
 	}
 	t.pace.setRate(r)
+	c.queued = queueing
 	c.start, c.minSample, c.limited, c.resolved = now, 0, false, 0
 }
