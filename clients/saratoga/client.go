@@ -51,7 +51,7 @@ func (c *ClientConfig) defaults() {
 type clientConn struct {
 	conn net.PacketConn
 	own  bool
-	peer net.Addr
+	out  *batchSender
 	in   chan any
 	bad  atomic.Uint64
 	wg   sync.WaitGroup
@@ -62,7 +62,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve server %q: %w", cfg.Server, err)
 	}
-	c := &clientConn{conn: cfg.Conn, peer: peer, in: make(chan any, 8192)}
+	c := &clientConn{conn: cfg.Conn, in: make(chan any, 8192)}
 	if c.conn == nil {
 		network := "udp4"
 		if peer.IP.To4() == nil {
@@ -75,6 +75,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 		// Room for a burst of frames while the receiver writes to disk.
 		SetSocketBuffers(c.conn, 4<<20)
 	}
+	c.out = newBatchSender(c.conn, peer)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -93,9 +94,14 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	return c, nil
 }
 
-func (c *clientConn) send(b []byte) error {
-	_, err := c.conn.WriteTo(b, c.peer)
-	return err
+func (c *clientConn) send(b []byte) error { return c.out.send(b) }
+
+// beacon announces this client to the server ahead of its REQUEST; it is
+// advisory, so a failure to send it is ignored.
+func (c *clientConn) beacon() {
+	if b, err := localBeacon("").Append(nil); err == nil {
+		_ = c.send(b)
+	}
 }
 
 func (c *clientConn) close() {
@@ -151,6 +157,7 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 		os.Remove(tmp)
 		return nil, describe("get", name, err)
 	}
+	cc.beacon()
 	start := time.Now()
 	rcv := newReceiver(receiverConfig{
 		Session: session, Descriptor: D64, Frame: cfg.Frame, Timeout: cfg.Timeout,
@@ -219,12 +226,13 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 		return nil, describe("put", remote, err)
 	}
 	defer cc.close()
+	cc.beacon()
 	start := time.Now()
 	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
 		return nil, describe("put", remote, err)
 	}
 	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, Frame: cfg.Frame, Timeout: cfg.Timeout},
-		f, size, meta, cc.send, cc.in)
+		f, size, meta, cc.out.sendBatch, cc.in)
 	if err != nil {
 		return nil, describe("put", remote, err)
 	}

@@ -64,9 +64,10 @@ type sender struct {
 	size  uint64
 	meta  []byte // encoded METADATA
 	md    *Metadata
-	send  func([]byte) error
+	send  func([][]byte) // writes a batch of frames; errors are loss
 	in    <-chan any
 	chunk int // payload bytes per DATA frame
+	batch int // frames the pacer lets out per wake-up
 
 	nChunks  int
 	nextNew  int     // next never-sent chunk
@@ -89,9 +90,28 @@ type sender struct {
 	done        bool
 	err         error
 	stats       TransferStats
-	buf         []byte
-	readBuf     []byte
+	// bufs hold the frames of the batch being built; ahead is a
+	// read-ahead block of the object (first pass reads are sequential).
+	bufs         [][]byte
+	readBufFrame []byte // holds a frame the pacer held back
+	readBuf      []byte // one chunk, for reads outside the read-ahead
+	ahead        []byte
+	aheadOff     uint64
+	aheadLen     int
 }
+
+// batchWindow is the sending time one pacer wake-up covers: frames leave
+// in groups of this much at the configured rate (at least one frame,
+// at most maxSendBatch), which cuts the wake-ups and system calls per
+// frame by the group size. 20 ms at 8 Mbit/s is 13 frames (19 KB), far
+// inside the link's queue and HTB burst.
+const batchWindow = 20 * time.Millisecond
+
+// maxSendBatch bounds a batch (one sendmmsg call).
+const maxSendBatch = 64
+
+// readAhead is the block read from the object at once for new chunks.
+const readAhead = 256 << 10
 
 // chunkSize is the DATA payload per frame of at most frame bytes. Room for
 // the optional timestamp is always reserved so every chunk has the same
@@ -100,7 +120,7 @@ func chunkSize(frame int, d Descriptor) int {
 	return frame - DataHeaderLen(d, true)
 }
 
-func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, send func([]byte) error, in <-chan any) (*sender, error) {
+func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, send func([][]byte), in <-chan any) (*sender, error) {
 	if cfg.RateBPS <= 0 {
 		return nil, errors.New("rate must be positive")
 	}
@@ -135,12 +155,19 @@ func newSender(cfg senderConfig, src io.ReaderAt, size uint64, meta *Metadata, s
 		return nil, fmt.Errorf("metadata frame of %d bytes exceeds the frame size %d", len(mb), cfg.Frame)
 	}
 	n := int((size + uint64(chunk) - 1) / uint64(chunk))
+	frameBits := float64((cfg.Frame + WireOverhead) * 8)
+	batch := int(float64(cfg.RateBPS) * batchWindow.Seconds() / frameBits)
+	batch = min(max(batch, 1), maxSendBatch)
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, 0, cfg.Frame)
+	}
 	return &sender{
-		cfg: cfg, src: src, size: size, meta: mb, md: meta, send: send, in: in, chunk: chunk,
+		cfg: cfg, src: src, size: size, meta: mb, md: meta, send: send, in: in, chunk: chunk, batch: batch,
 		metaReady: cfg.LateChecksum == nil,
 		nChunks:   n, lastSent: make([]int64, n), queued: make([]bool, n),
 		metaNeeded: true,
-		buf:        make([]byte, 0, cfg.Frame), readBuf: make([]byte, chunk),
+		bufs:       bufs, readBufFrame: make([]byte, 0, cfg.Frame), readBuf: make([]byte, chunk), ahead: make([]byte, max(readAhead, chunk)),
 	}, nil
 }
 
@@ -200,6 +227,10 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 		}
 		s.meta, s.metaReady = mb, true
 	}
+	// pending is a frame built (its chunk's state already updated) but not
+	// yet allowed out by the pacer; it leads the next batch.
+	var pending []byte
+	frames := make([][]byte, 0, s.batch)
 	for {
 		select {
 		case r := <-sumCh:
@@ -217,8 +248,40 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 		if now.Sub(s.lastHeard) > s.cfg.Timeout {
 			return s.stats, fmt.Errorf("sender: no STATUS from receiver for %v: %w", s.cfg.Timeout, ErrTimeout)
 		}
-		frame := s.next(now)
-		if frame == nil {
+		// Build a batch of what the bucket allows now.
+		frames = frames[:0]
+		for len(frames) < s.batch {
+			if pending == nil {
+				b := s.next(now, s.bufs[len(frames)][:0])
+				if b == nil {
+					break
+				}
+				pending = b
+			}
+			if pace.delay(len(pending), now) > 0 {
+				break
+			}
+			pace.consume(len(pending))
+			// pending may sit in another slot's buffer (built in an earlier
+			// round) or be the METADATA: the batch keeps its own copy.
+			frames = append(frames, append(s.bufs[len(frames)][:0], pending...))
+			s.stats.BytesWire += uint64(len(pending))
+			pending = nil
+		}
+		s.stats.PacerStall = pace.stalled
+		if len(frames) > 0 {
+			s.send(frames)
+			if pending != nil {
+				// Keep the held frame out of the buffers the next batch
+				// reuses.
+				pending = append(s.readBufFrame[:0], pending...)
+			}
+			continue
+		}
+		if s.err != nil {
+			return s.stats, s.err
+		}
+		if pending == nil {
 			// Idle: wait for a STATUS, the next probe, or cancellation.
 			wait := s.probeInterval() - now.Sub(s.lastProbe)
 			timer.Reset(max(wait, time.Millisecond))
@@ -234,22 +297,22 @@ func (s *sender) run(ctx context.Context) (TransferStats, error) {
 			pace.refill(s.cfg.Now(), false)
 			continue
 		}
-		if d := pace.delay(len(frame), now); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-ctx.Done():
-				return s.stats, ctx.Err()
-			case <-timer.C:
-			}
-			pace.delay(len(frame), s.cfg.Now())
+		// Paced: sleep until the bucket holds a whole batch (or what is
+		// left of the object), so the next wake-up sends several frames.
+		want := len(pending) + (min(s.batch, s.framesLeft())-1)*s.cfg.Frame
+		timer.Reset(max(pace.delay(want, now), pace.delay(len(pending), now)))
+		select {
+		case <-ctx.Done():
+			return s.stats, ctx.Err()
+		case <-timer.C:
 		}
-		pace.consume(len(frame))
-		s.stats.PacerStall = pace.stalled
-		// A send error (full socket buffer, transient route failure) is
-		// just loss to a rate-based protocol: the hole will be reported.
-		_ = s.send(frame)
-		s.stats.BytesWire += uint64(len(frame))
 	}
+}
+
+// framesLeft is how many DATA frames are known to be due: queued repairs
+// and chunks never sent (at least 1).
+func (s *sender) framesLeft() int {
+	return max(1, len(s.queue)+s.nChunks-s.nextNew)
 }
 
 // drain handles every STATUS already queued without blocking.
@@ -279,8 +342,9 @@ func (s *sender) nextStamp(now time.Time) int64 {
 	return s.stamp
 }
 
-// next builds the next frame to send, or nil if nothing is due.
-func (s *sender) next(now time.Time) []byte {
+// next builds the next frame to send into buf, or returns nil if nothing
+// is due.
+func (s *sender) next(now time.Time, buf []byte) []byte {
 	if s.metaNeeded && s.metaReady {
 		s.metaNeeded = false
 		s.metaStamp = s.nextStamp(now)
@@ -327,8 +391,8 @@ func (s *sender) next(now time.Time) []byte {
 	stamp := s.nextStamp(now)
 	d := Data{Descriptor: s.cfg.Descriptor, Session: s.cfg.Session, ReqStatus: req}
 	start, end := s.chunkRange(c)
-	p := s.readBuf[:end-start]
-	if _, err := s.src.ReadAt(p, int64(start)); err != nil && !errors.Is(err, io.EOF) {
+	p, err := s.read(start, end, kind == kindNew)
+	if err != nil {
 		s.err = fmt.Errorf("sender: reading offset %d: %w", start, err)
 		return nil
 	}
@@ -349,12 +413,35 @@ func (s *sender) next(now time.Time) []byte {
 		s.lastProbe = now
 	}
 	s.stats.DataFramesSent++
-	b, err := d.Append(s.buf[:0])
+	b, err := d.Append(buf)
 	if err != nil {
 		s.err = fmt.Errorf("sender: %w", err)
 		return nil
 	}
 	return b
+}
+
+// read returns the object's bytes [start, end). Sequential (first pass)
+// reads are served from a read-ahead block, one system call per block
+// instead of one per frame.
+func (s *sender) read(start, end uint64, sequential bool) ([]byte, error) {
+	if start >= s.aheadOff && end <= s.aheadOff+uint64(s.aheadLen) {
+		return s.ahead[start-s.aheadOff : end-s.aheadOff], nil
+	}
+	if !sequential {
+		p := s.readBuf[:end-start]
+		if _, err := s.src.ReadAt(p, int64(start)); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		return p, nil
+	}
+	n := min(uint64(len(s.ahead)), s.size-start)
+	if _, err := s.src.ReadAt(s.ahead[:n], int64(start)); err != nil && !errors.Is(err, io.EOF) {
+		s.aheadLen = 0
+		return nil, err
+	}
+	s.aheadOff, s.aheadLen = start, int(n)
+	return s.ahead[:end-start], nil
 }
 
 func (s *sender) handle(f any) {

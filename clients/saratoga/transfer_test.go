@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -433,5 +434,44 @@ func TestMaxSessions(t *testing.T) {
 	cancel()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first get: %v", err)
+	}
+}
+
+// TestBeacons: a server given BeaconTo sends BEACON frames there, and a
+// client's get announces itself with one the server counts.
+func TestBeacons(t *testing.T) {
+	root := t.TempDir()
+	want := writeRandom(t, filepath.Join(root, "f.bin"), 5000, 9)
+	watch, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	ts := startServer(t, &Server{Root: root, RateBPS: 10e6, AutoDescriptor: true, Checksum: CsumMD5,
+		Timeout: 5 * time.Second, BeaconTo: []net.Addr{watch.LocalAddr()}, BeaconEvery: 50 * time.Millisecond}, impair{seed: 21})
+	for i := range 2 {
+		_ = watch.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 2048)
+		n, _, err := watch.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("beacon %d: %v", i, err)
+		}
+		f, err := Decode(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, ok := f.(*Beacon)
+		if !ok || b.Descriptor != D128 || b.TxWilling != WillingYes || b.RxWilling != WillingYes ||
+			!strings.HasPrefix(b.EID, "saratoga:") || !b.HasFree {
+			t.Fatalf("beacon %d: %+v", i, f)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out.bin")
+	if _, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 5 * time.Second}, "f.bin", out); err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, out, want)
+	if got := ts.srv.Stats().Beacons; got != 1 {
+		t.Errorf("server counted %d beacons, want 1", got)
 	}
 }

@@ -3,10 +3,6 @@ package saratoga
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
-	"net"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -35,31 +31,6 @@ func FrameFor(mtu, frame int) int {
 // maxDatagram is the read buffer size; anything larger is not a frame we
 // could have produced and is truncated into a malformed frame.
 const maxDatagram = 65536
-
-// readLoop decodes datagrams from conn and hands them to dispatch until
-// conn fails (closed or read deadline hit). Undecodable datagrams are
-// counted in bad and dropped.
-func readLoop(conn net.PacketConn, bad *atomic.Uint64, dispatch func(net.Addr, any)) error {
-	buf := make([]byte, maxDatagram)
-	for {
-		n, addr, err := conn.ReadFrom(buf)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				// ICMP port unreachable from an earlier send; the socket
-				// is still fine.
-				continue
-			}
-			return err
-		}
-		// Decoded frames alias their bytes, so each gets its own copy.
-		f, err := Decode(append([]byte(nil), buf[:n]...))
-		if err != nil {
-			bad.Add(1)
-			continue
-		}
-		dispatch(addr, f)
-	}
-}
 
 // newSessionID returns a random non-zero transaction id.
 func newSessionID() uint32 {
