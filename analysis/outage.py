@@ -234,10 +234,21 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
                 ups = [u for _, u in outs if u <= ev["recovered"]]
                 if ups:
                     m.wan_recovered_after_s.append(round(ev["recovered"] - ups[-1], 3))
-        occ = [s["occupancy_bytes"] for s in _jsonl(pdir / "buffer.jsonl")]
+        samples = _jsonl(pdir / "buffer.jsonl")
+        main = _main_connection(samples)
+        occ = [s["occupancy_bytes"] for s in samples if s.get("id") == main]
         if occ:
             m.buffer_high_packets = round(max(occ) / SEGMENT, 1)
     return m
+
+
+def _main_connection(samples: list[dict]) -> Any:
+    """The connection id that held the most in the buffer trace (the main
+    flow, not the tool's control connection or the split proof's)."""
+    total: dict = {}
+    for s in samples:
+        total[s.get("id")] = total.get(s.get("id"), 0) + s.get("occupancy_bytes", 0)
+    return max(total, key=total.get) if total else None
 
 
 def traces(run_dir: str | Path) -> dict:
@@ -250,8 +261,10 @@ def traces(run_dir: str | Path) -> dict:
     t0 = sched.clock if sched else 0.0
     cw = [(s["t"] - t0, s.get("cwnd"), s.get("ssthresh")) for s in _jsonl(run / "cwnd.jsonl") if s.get("cwnd")]
     node = next(iter(cfg.get("peps") or {}), "")
+    samples = _jsonl(run / "pep" / node / "buffer.jsonl") if node else []
+    main = _main_connection(samples)
     buf = [(s["t"] - t0, s["occupancy_bytes"] / SEGMENT, s.get("reserving", False))
-           for s in _jsonl(run / "pep" / node / "buffer.jsonl")] if node else []
+           for s in samples if s.get("id") == main]
     rate: list[tuple[float, float]] = []
     try:
         sent = _data_flow(run / "captures" / "lan_a.pcap", "10.99.15.2")

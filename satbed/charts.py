@@ -282,7 +282,12 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
         p = rs[0].params
         vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
         m, c = mean_ci(vals) if vals else (None, None)
-        out.append({"client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
+        # What else tells the row apart: its variant and scenario paths
+        # (seed 000's competing-flow count, seed 001's set-up).
+        setting = " ".join(([str(p["variant"])] if p.get("variant") else []) +
+                           [f"{k}={v}" for k, v in sorted(p.items()) if "." in k])
+        out.append({"setting": setting,
+                    "client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
                     "failed": sum(r.status not in MEASURED for r in rs),
@@ -291,7 +296,7 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
                         r.seconds for r in rs) else None})
     out.sort(key=lambda d: (PROTOCOL_ORDER.index(d["client"]) if d["client"] in PROTOCOL_ORDER else 99,
-                            d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"]))
+                            d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"], d["setting"]))
     return out
 
 
@@ -314,15 +319,15 @@ def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
     """What a person reads in the terminal when a matrix ends: per
     configuration ok/limited/failed and goodput, then the failure reasons."""
     table = summary_table(rows)
-    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>7}  {'ok':>3}{'lim':>4}{'fail':>5}"
+    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
              f"{'goodput Mbit/s':>16}"]
     for d in table:
         good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
         if d["ci95_bps"] and d["ok"] > 1:
             good += f" ±{d['ci95_bps'] / 1e6:.3f}"
         lines.append(f"{d['client'][:10]:<11}{d['pep'][:7]:<8}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
-                     f"{_human_size(d['size']):>7}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
-                     f"{good:>16}")
+                     f"{_human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
+                     f"{good:>16}" + (f"  {d['setting']}" if d["setting"] else ""))
     status = Counter(r.status for r in rows)
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
     reasons = failure_reasons(rows)
@@ -563,13 +568,16 @@ def build(out: str) -> str:
         if k.endswith("_bps"):
             return _fmt_bps(v)
         return f"{v:.1f}" if k.endswith("_ms_avg") else f"{v:,.0f}"
-    body = [[d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
+    settings = any(d["setting"] for d in table)
+    body = [[*([d["setting"]] if settings else []),
+             d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
              f"{d['ok']}/{d['cells']}" + (f" ({d['limited']} limited)" if d["limited"] else ""),
              _fmt_bps(d["mean_bps"]),
              _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None and d["ok"] > 1 else "–",
              *(cell(k, d.get(k)) for k, _ in extra),
              f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in table]
-    parts.append(_table(["client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
+    parts.append(_table([*(["setting"] if settings else []),
+                         "client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
                          "± 95% Mbit/s", *(label for _, label in extra), "cell s"], body))
     if any(k != "rtt_ms_avg" for k, _ in extra):
         parts.append("<p class='caption'>From the cells' captures: sender and receiver views end to "

@@ -509,6 +509,7 @@ class EmuSample:
     t_s: float
     bytes_in: float     # delta since the previous sample of this direction
     bytes_out: float
+    frames_out: float
     drop_ber: float
     drop_queue: float
     ber: float
@@ -529,9 +530,9 @@ def _emulator_samples(cell: str, direction: str) -> list[EmuSample]:
         for row in csv.DictReader(f):
             if row.get("direction") != direction:
                 continue
-            now = {k: float(row[k]) for k in ("bytes_in", "bytes_out", "drop_ber", "drop_queue")}
-            out.append(EmuSample(float(row["t_s"]), *(now[k] - prev.get(k, 0.0) for k in
-                                                      ("bytes_in", "bytes_out", "drop_ber", "drop_queue")),
+            keys = ("bytes_in", "bytes_out", "frames_out", "drop_ber", "drop_queue")
+            now = {k: float(row.get(k) or 0) for k in keys}
+            out.append(EmuSample(float(row["t_s"]), *(now[k] - prev.get(k, 0.0) for k in keys),
                                  float(row["ber"] or 0)))
             prev = now
     return out
@@ -554,10 +555,24 @@ def _decade(ber: float) -> str:
 DECADES = ["1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3", "clean"]
 
 
+FULL_FRAME = 1514       # bytes on the wire of a full-size segment
+
+
+def _transmitted(b: list[EmuSample]) -> float:
+    """Bytes the link sent: what entered it less what its own queue dropped
+    (a PEP's WAN leg can offer more than the T1; those frames never went
+    out). The series counts queue drops in frames; a sender that fills a
+    queue fills it with full-size segments, so each counts FULL_FRAME bytes.
+    Corrupted frames were sent, as the study's router counters saw them."""
+    sent = sum(s.bytes_in for s in b) - sum(s.drop_queue for s in b) * FULL_FRAME
+    return max(sent, sum(s.bytes_out for s in b))
+
+
 def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
-    """(BER class, utilisation offered to the link, delivered) per interval;
-    an interval's class is its highest BER (a step inside it counts), its
-    length the time between its last sample and the previous interval's."""
+    """(BER class, link utilisation, delivered share) per interval: bytes the
+    link transmitted and delivered over the T1 rate. An interval's class is
+    its highest BER (a step inside it counts), its length the time between
+    its last sample and the previous interval's."""
     buckets: dict[int, list[EmuSample]] = defaultdict(list)
     for s in samples:
         buckets[int(s.t_s // INTERVAL_S)].append(s)
@@ -568,7 +583,7 @@ def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
         last_t = b[-1].t_s
         if span <= 0 or k * INTERVAL_S < WARMUP_S:
             continue
-        out.append((_decade(max(s.ber for s in b)), sum(s.bytes_in for s in b) * 8 / span / T1_BPS,
+        out.append((_decade(max(s.ber for s in b)), _transmitted(b) * 8 / span / T1_BPS,
                     sum(s.bytes_out for s in b) * 8 / span / T1_BPS))
     return out
 
@@ -694,6 +709,16 @@ def _cdf(ax, values: list[float], **kw) -> None:
     ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", **kw)
 
 
+def _grid(plt, n: int):
+    """Panels four to a row."""
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
 def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
@@ -708,8 +733,8 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
              _multiflow_config(out, rows)]
 
     # Figures 3/4: CDF of per-interval link utilisation, one curve per BER class.
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
-    for ax, k in zip(axes[0], keys):
+    fig, axes = _grid(plt, len(keys))
+    for ax, k in zip(axes.flat, keys):
         for i, dec in enumerate(DECADES):
             vals = tab[k]["util"].get(dec)
             if vals:
@@ -724,11 +749,12 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
     fig.tight_layout()
     parts.append(_figure("seed004_utilisation_cdf", out, fig,
                          "Link utilisation per interval by BER (study Figures 3 and 4): the OU -> GRC direction, "
-                         "bytes entering the satellite link per 5 s over the T1 rate; the hairline is the median."))
+                         "bytes the satellite link sent (delivered or corrupted) per 5 s over the T1 rate; "
+                         "the hairline is the median."))
 
     # Figures 6/7: per-connection throughput CDFs by BER class.
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.6), squeeze=False)
-    for ax, k in zip(axes[0], keys):
+    fig, axes = _grid(plt, len(keys))
+    for ax, k in zip(axes.flat, keys):
         for i, dec in enumerate(DECADES):
             vals = tab[k]["flows"].get(dec)
             if vals:
@@ -752,8 +778,8 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         for s in samples:
             per_s[int(s.t_s)].append(s)
         xs = sorted(per_s)
-        ax.plot(xs, [sum(s.bytes_in for s in per_s[x]) * 8 / 1e3 for x in xs], lw=1, color="C0",
-                label="kbit/s into the link")
+        ax.plot(xs, [_transmitted(per_s[x]) * 8 / 1e3 for x in xs], lw=1, color="C0",
+                label="kbit/s sent on the link")
         ax.set_ylabel("kbit/s")
         drops = ax.twinx()
         drops.plot(xs, [sum(s.drop_ber for s in per_s[x]) for x in xs], lw=.8, color="C3",

@@ -126,14 +126,14 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
     with open(os.path.join(cell, "emulator", "emulator.json"), "w") as f:
         json.dump({"started_at": "2023-11-14T22:13:20Z"}, f)     # = t0
     with open(os.path.join(cell, "emulator", "emulator_timeseries.csv"), "w") as f:
-        f.write("t_s,direction,bytes_in,bytes_out,drop_ber,drop_queue,ber\n")
+        f.write("t_s,direction,bytes_in,bytes_out,frames_out,drop_ber,drop_queue,ber\n")
         total = 0.0
         for i in range(1, 401):
             t = i / 10
             noisy = t > 20
             total += (util_noisy if noisy else util_clean) * studies.T1_BPS / 8 / 10
-            f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{i if noisy else 0},0,{1e-4 if noisy else 1e-9}\n")
-            f.write(f"{t:.1f},b_to_a,0,0,0,0,0\n")
+            f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{total / 1000:.0f},0,0,{1e-4 if noisy else 1e-9}\n")
+            f.write(f"{t:.1f},b_to_a,0,0,0,0,0,0\n")
     with open(os.path.join(cell, "traffic", "client-0-ou.jsonl"), "w") as f:
         for start, end in ((t0 + 2, t0 + 8), (t0 + 25, t0 + 35)):
             f.write(json.dumps({"flow": 1, "start": start, "end": end, "completed": True, "sender": True,
@@ -168,3 +168,10 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     for fig in ("seed004_utilisation_cdf", "seed004_flow_throughput_cdf", "seed004_over_time"):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
+
+
+def test_a_link_sends_what_enters_it_less_its_own_queue_drops():
+    s = studies.EmuSample
+    # 5 full frames entered, 1 dropped at the link's queue, 1 corrupted on the way.
+    b = [s(0.1, 5 * 1514, 3 * 1514, 3, 1, 1, 1e-4)]
+    assert studies._transmitted(b) == 4 * 1514

@@ -65,7 +65,8 @@ type Stream struct {
 	rstSent     time.Time
 	rstTries    int
 
-	lastProgress time.Time
+	lastProgress   time.Time
+	wasOutstanding bool
 
 	snd struct {
 		segs   []*seg // from the first unacknowledged, ascending offsets
@@ -389,6 +390,12 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		s.sendStatusLocked(now)
 	}
 	outstanding := len(sn.segs) > 0 || (r.finKnown && !r.finReady) || len(r.have.r) > 0
+	if !s.wasOutstanding {
+		// The stall clock starts when something becomes outstanding: an
+		// FTP control connection idles for minutes, then sends a reply.
+		s.lastProgress = now
+	}
+	s.wasOutstanding = outstanding
 	if outstanding && now.Sub(s.lastProgress) > max(stallLimit, 20*rto) {
 		s.resetLocked("stalled", true)
 	}

@@ -388,10 +388,14 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 			default:
 				t.st.DataSent += int64(len(sg.data))
 			}
+			// A copy keeps the send time of the repair it copies: loss
+			// detection takes a delivered frame's send time as the
+			// moment everything sent before it should have arrived, and
+			// the copy's later time marked frames still in flight lost.
 			if !dup {
 				sg.sends++
+				sg.sent = now
 			}
-			sg.sent = now
 			sg.lost = false
 			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}
 			if s.k.mine {
