@@ -24,7 +24,7 @@ const readBatch = 16
 // queue in the socket buffer so the next call returns several: software
 // interrupt coalescing. It delays a STATUS answer by at most this much,
 // small against any satellite RTT.
-const readCoalesce = 8 * time.Millisecond
+const readCoalesce = 16 * time.Millisecond
 
 // batchIO returns the batching view of c, or nil if c cannot batch.
 // ipv4.PacketConn's batch calls only wrap recvmmsg/sendmmsg, so they work

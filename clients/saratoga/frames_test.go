@@ -399,7 +399,7 @@ func TestInteropVectors(t *testing.T) {
 			// checksum length 4 words, type 2 (md5); dirent flags 1000 0000 11.. = d128
 			frame: &Metadata{Descriptor: D128, ChecksumType: CsumMD5, Checksum: md5Zero, Session: 5,
 				Dirent: DirEnt{Descriptor: D128, Size: 0, Mtime: 1, Ctime: 2, Path: "e"}},
-			hex: "22c00042 00000005 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 80c0 00000000000000000000000000000000 00000001 00000002 65 00",
+			hex:    "22c00042 00000005 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 80c0 00000000000000000000000000000000 00000001 00000002 65 00",
 			choice: "an empty object's end-of-transfer probe is this METADATA again, never an empty DATA frame",
 		},
 		{
