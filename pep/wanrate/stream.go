@@ -68,20 +68,7 @@ type Stream struct {
 	lastProgress   time.Time
 	wasOutstanding bool
 
-	snd struct {
-		segs   []*seg // from the first unacknowledged, ascending offsets
-		next   int    // index of the first never-sent segment
-		lostQ  []*seg
-		dupQ   []*seg // retransmissions with copies still to send
-		una    uint64 // everything below was delivered
-		end    uint64 // offset after the last byte read from the LAN
-		limit  uint64 // the peer's window: no data at or beyond it
-		fin    bool   // FIN segment created
-		finAck bool
-		rack   time.Time // latest send time of a segment known delivered
-		probe  time.Time // last window probe
-		bytes  int64     // read from the LAN
-	}
+	snd sndState
 	rcv struct {
 		nxt      uint64            // next offset expected in order
 		ooo      map[uint64][]byte // out of order, by offset
@@ -101,6 +88,22 @@ type Stream struct {
 		tsAt     time.Time
 		bytes    int64 // written to the LAN
 	}
+}
+
+// sndState is a stream's sending half.
+type sndState struct {
+	segs   []*seg // from the first unacknowledged, ascending offsets
+	next   int    // index of the first never-sent segment
+	lostQ  []*seg
+	dupQ   []*seg // retransmissions with copies still to send
+	una    uint64 // everything below was delivered
+	end    uint64 // offset after the last byte read from the LAN
+	limit  uint64 // the peer's window: no data at or beyond it
+	fin    bool   // FIN segment created
+	finAck bool
+	rack   time.Time // latest send time of a segment known delivered
+	probe  time.Time // last window probe
+	bytes  int64     // read from the LAN
 }
 
 // Refuse tells the peer its end host could not be reached.
@@ -284,9 +287,7 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		g := sn.segs[k]
 		if !g.sacked && g.sends > 0 {
 			t.ctl.resolved += wire(g)
-			if g.sent.After(sn.rack) {
-				sn.rack = g.sent
-			}
+			sn.advanceRack(g)
 		}
 		g.done = true
 		if g.fin {
@@ -317,9 +318,7 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		if b < len(f.SACK) && f.SACK[b].Start <= g.off && g.end() <= f.SACK[b].End && !g.sacked {
 			g.sacked, g.lost = true, false
 			t.ctl.resolved += wire(g)
-			if g.sent.After(sn.rack) {
-				sn.rack = g.sent
-			}
+			sn.advanceRack(g)
 		}
 	}
 	// Loss: on this link frames arrive in the order they left, so a frame
@@ -340,6 +339,17 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 	}
 	if s.sendableLocked() {
 		t.sendCond.Signal()
+	}
+}
+
+// advanceRack moves the loss-detection clock to a delivered frame's send
+// time, but only for frames sent once: of a resent frame nobody knows
+// which transmission arrived (Karn), and taking the last one's time
+// marked frames still in flight lost, whose resends then did the same: a
+// cascade that resent 12 MB of 100 on the test bed.
+func (sn *sndState) advanceRack(g *seg) {
+	if g.sends == 1 && g.sent.After(sn.rack) {
+		sn.rack = g.sent
 	}
 }
 
