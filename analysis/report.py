@@ -31,8 +31,8 @@ METRIC_ROWS: list[tuple[str, str, str]] = [
     ("unique bytes", "unique_bytes", "int"),
     ("data bytes", "data_bytes", "int"),
     ("data packets", "data_pkts", "int"),
-    ("retransmitted bytes", "rexmt_bytes", "int"),
-    ("retransmitted packets", "rexmt_pkts", "int"),
+    ("tcptrace retransmitted bytes (seen twice here)", "rexmt_bytes", "int"),
+    ("tcptrace retransmitted packets (seen twice here)", "rexmt_pkts", "int"),
     ("total packets", "total_pkts", "int"),
     # tcptrace's RTT: never-retransmitted segments only (the overview table has
     # the figure from every ACK).
@@ -60,7 +60,7 @@ GRAPH_TITLES = [
     ("tsg_window", "Time-sequence graph, zoomed window"),
     ("tsg_full", "Time-sequence graph, whole transfer"),
     ("tput", "Throughput over time"),
-    ("rtt", "RTT samples over time"),
+    ("rtt", "RTT of every ACK over time (tcptrace's samples for runs analysed before)"),
 ]
 
 CSS = """
@@ -150,7 +150,7 @@ def _spoofing_table(st: dict[str, Any] | None) -> str:
     if not st:
         return "<p>Sender/receiver-view throughput: not available (no data or no final ACK).</p>"
     rows = [
-        ("data bytes (unique)", _fmt(st["data_bytes"], "int")),
+        ("data bytes (acknowledged)", _fmt(st["data_bytes"], "int")),
         ("sender view: until last ACK received", f"{_fmt(st['sender_bps'], 'mbps')} "
                                                  f"over {st['sender_view_s']:.3f} s"),
         ("receiver view: until last ACK sent", f"{_fmt(st['receiver_bps'], 'mbps')} "
@@ -269,7 +269,7 @@ def _testbed_sections(run: Path) -> list[str]:
 
 def _udp_table(entry: dict[str, Any]) -> str:
     udp = entry["udp"]
-    rows = [[f["src"] + " &rarr; " + _e(f["dst"]), _fmt(f["datagrams"], "int"),
+    rows = [[_e(f["src"]) + " &rarr; " + _e(f["dst"]), _fmt(f["datagrams"], "int"),
              _fmt(f["payload_bytes"], "int"), f"{f['duration_s']:.3f}", _fmt(f["rate_bps"], "mbps"),
              _fmt(f["first_packet"], "time")[11:], _fmt(f["last_packet"], "time")[11:]]
             for f in udp["flows"]]
@@ -284,6 +284,7 @@ def _udp_table(entry: dict[str, Any]) -> str:
 # (result.json key, label, formatter) for the headline table, in this order.
 HEADLINE = [
     ("integrity", "integrity (SHA-256)", "auto"),
+    ("prefix_integrity", "integrity of the bytes that arrived", "auto"),
     ("bytes", "bytes delivered", "int"),
     ("seconds", "transfer time (s)", "float3"),
     ("goodput_bps", "goodput (application)", "mbps"),
@@ -297,11 +298,18 @@ def _headline(config: dict[str, Any] | None, result: dict[str, Any] | None) -> s
     """What a researcher looks for first: the setup in one line, then the outcome."""
     cfg = config or {}
     bits = [f"{k} {_e(cfg[k])}" for k in ("client", "pep", "direction") if cfg.get(k) is not None]
-    link = cfg.get("link") or cfg
-    for key, label, unit in (("rtt_ms", "RTT", " ms"), ("ber", "BER", ""),
-                             ("rate_bps", "rate", " bit/s"), ("size", "size", " bytes")):
-        if isinstance(link, dict) and link.get(key) is not None:
-            bits.append(f"{label} {_e(_fmt(link[key], 'int' if key in ('rate_bps', 'size') else 'auto'))}{unit}")
+    link = cfg.get("link") if isinstance(cfg.get("link"), dict) else {}
+    ab, ba = link.get("a_to_b") or {}, link.get("b_to_a") or {}
+    if isinstance(ab.get("delay_ms"), (int, float)) and isinstance(ba.get("delay_ms"), (int, float)):
+        bits.append(f"RTT {ab['delay_ms'] + ba['delay_ms']:g} ms")
+    if ab.get("ber") is not None:
+        bits.append(f"BER {_e(ab['ber'])}")
+    if ab.get("rate_bps"):
+        bits.append(f"{ab['rate_bps'] / 1e6:g} Mbit/s")
+    if cfg.get("size_bytes"):
+        bits.append(f"{_fmt(cfg['size_bytes'], 'int')} bytes")
+    if cfg.get("time_limit_s"):
+        bits.append(f"time limit {_e(cfg['time_limit_s'])} s")
     parts = [f'<p class="lead">{", ".join(bits) or "configuration unknown"}</p>']
     res = result or {}
     rows = []
@@ -310,7 +318,10 @@ def _headline(config: dict[str, Any] | None, result: dict[str, Any] | None) -> s
             continue
         v = res[key]
         text = f"{v:.3f}" if kind == "float3" and isinstance(v, (int, float)) else _fmt(v, kind)
-        cls = ' class="bad"' if key == "error" or (key == "integrity" and v != "ok") else " class=num"
+        # A time-limited transfer is incomplete by design; its prefix check is the verdict.
+        bad = key == "error" or (key in ("integrity", "prefix_integrity") and v != "ok"
+                                 and not (key == "integrity" and res.get("time_limited")))
+        cls = ' class="bad"' if bad else " class=num"
         rows.append(f"<tr><th>{_e(label)}</th><td{cls}>{_e(text)}</td></tr>")
     if res.get("started") and res.get("finished"):
         rows.append(f"<tr><th>run (UTC)</th><td>{_e(_fmt(res['started'], 'time')[:19])} to "
@@ -351,7 +362,7 @@ def _overview(analysis: dict[str, Any], order: list[str]) -> str:
         link = f'<a href="#vantage-{_e(v)}">{_e(v)}</a>'
         if "udp" in entry:
             top = entry["udp"]["flows"][0] if entry["udp"]["flows"] else None
-            rows.append([link, _e(f"UDP {top['src']} &rarr; {top['dst']}") if top else "UDP",
+            rows.append([link, f"UDP {_e(top['src'])} &rarr; {_e(top['dst'])}" if top else "UDP",
                          _e(_fmt(top["rate_bps"] if top else None, "mbps")) + " (wire)"]
                         + [""] * (len(head) - 3))
             continue
@@ -367,7 +378,7 @@ def _overview(analysis: dict[str, Any], order: list[str]) -> str:
         def ms(x: Any) -> str:
             return "NA" if x is None else f"{x:.1f}"
         rows.append([
-            link, _e(f"{sm['data_src']} &rarr; {sm['data_dst']}"),
+            link, f"{_e(sm['data_src'])} &rarr; {_e(sm['data_dst'])}",
             _e(_fmt(sm.get("throughput_bps"), "mbps")),
             _e(_fmt(sm.get("sender_view_bps"), "mbps")),
             _e(_fmt(sm.get("receiver_view_bps"), "mbps")),
@@ -440,12 +451,12 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
 
 
 def _stale(analysis: dict[str, Any]) -> bool:
-    """Stored by an older satbed: no RTT from every ACK yet, or a UDP capture
-    recorded as an error."""
+    """Stored by an older satbed: no RTT, SACK and retransmissions of its own
+    yet, or a UDP capture recorded as an error."""
     for entry in analysis.values():
         if not isinstance(entry, dict):
             continue
-        if entry.get("main") and "rtt" not in entry["main"]:
+        if entry.get("main") and "retransmissions" not in entry["main"]:
             return True
         if "no TCP packets traced" in str(entry.get("error", "")):
             return True

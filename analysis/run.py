@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from satbed.files import write_json
+from satbed.files import write_json, write_text
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod
@@ -62,11 +62,19 @@ def _classic_pcap(src: Path, outdir: Path) -> Path:
     return dst
 
 
-def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket]) -> dict[str, Any]:
+RTT_SAMPLES_CSV = "rtt_every_ack.csv"
+
+
+def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket],
+                  outdir: Path | None = None) -> dict[str, Any]:
     data, rev = conn.data_direction()
     # RTT from every ACK and true SACK block counts (analysis/acks.py says why
     # tcptrace's own figures are not used for these).
     rtt = ack_rtt(packets, data.src, data.dst)
+    if outdir is not None:
+        # Kept for the RTT graph, which is redrawn from stored files only.
+        write_text(outdir / RTT_SAMPLES_CSV, "epoch_s,rtt_ms\n" + "".join(
+            f"{t:.6f},{v:.3f}\n" for t, v in rtt.series))
     sack = sack_stats(packets, data.src, data.dst)
     rexmt = retransmissions(packets, data.src, data.dst)
     d = {
@@ -163,7 +171,7 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         "packets": summary.records,
         "tcp_packets": tt.packets_seen,
         "connections": len(conns),
-        "main": _main_summary(main, summary.packets),
+        "main": _main_summary(main, summary.packets, outdir),
         "connection_list": [c.to_dict() for c in conns],
         "outputs": sorted(p.name for p in outdir.iterdir() if p.is_file()),
     }

@@ -5,7 +5,8 @@ The study (ns-2, one global clock) measures a transfer from its start to
 * sender view: the moment the sender RECEIVES the last ACK, and
 * receiver view: the moment the receiver SENDS the last ACK,
 
-and divides the data bytes by each duration.  A capture gives every event at
+and divides the data bytes by each duration.  The start is the FIRST SYN: a
+retransmitted SYN is time the application waited.  A capture gives every event at
 one vantage point V instead, so the times at the end hosts are reconstructed
 from V's position on the path, which the three-way handshake reveals:
 
@@ -23,11 +24,14 @@ At a vantage right next to the sender rtt(V <-> sender) ~ 0, so the sender view
 is simply "last ACK seen - SYN seen"; next to the receiver the receiver view is.
 Without a SYN in the capture the first data segment is the start and the
 missing RTT parts count as zero (reported in "method").  Data bytes are the
-unique bytes (highest sequence acknowledged minus the first data sequence):
-what the application moved, independent of retransmissions.
+bytes acknowledged (highest sequence acknowledged minus the first data sequence):
+what the application moved, independent of retransmissions.  A transfer cut
+short (a time limit, a stall) is measured up to the highest cumulative ACK
+(complete = False).
 
 When a PEP splits the connection, each capture sees the segment it is on (e.g.
-lan_a: client <-> PEP A), so the values describe that segment's endpoints.
+lan_a: client <-> PEP A), so the values describe that segment's endpoints;
+analysis.run.end_to_end combines the LAN captures into the whole transfer's.
 """
 
 from __future__ import annotations
@@ -35,9 +39,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .acks import Unwrapper
 from .pcap import TcpPacket
-
-_MOD = 1 << 32
 
 
 @dataclass
@@ -80,24 +83,27 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
     data = [p for p in fwd if p.payload > 0]
     if not data:
         return None
-    base = data[0].seq
-    # Unwrapped offsets relative to the first data byte; segments are never
-    # more than 2^31 away from it in these transfers.
-    def rel(seq: int) -> int:
-        d = (seq - base) % _MOD
-        return d - _MOD if d >= _MOD // 2 else d
-
-    first = min(rel(p.seq) for p in data)
-    sent_end = max(rel(p.seq) + p.payload for p in data)
     acks = [p for p in rev if p.has_ack and not p.syn]
     if not acks:
         return None
+    # Data sequence and ACK numbers unwrapped in capture order with one
+    # unwrapper (one sequence space): transfers beyond 4 GB wrap it.
+    unwrap = Unwrapper()
+    seq_of: dict[int, int] = {}
+    ack_of: dict[int, int] = {}
+    for p in sorted(data + acks, key=lambda p: p.ts):
+        if p.payload > 0 and (p.src, p.sport) == s:
+            seq_of[id(p)] = unwrap(p.seq)
+        else:
+            ack_of[id(p)] = unwrap(p.ack)
+    first = min(seq_of.values())
+    sent_end = max(seq_of[id(p)] + p.payload for p in data)
     # A time-limited transfer is stopped before its last byte is acknowledged:
     # measure what it delivered, up to the highest cumulative ACK.
-    end = min(sent_end, max(rel(p.ack) for p in acks))
+    end = min(sent_end, max(ack_of.values()))
     if end <= first:
         return None
-    last_ack = next(p for p in acks if rel(p.ack) >= end)
+    last_ack = next(p for p in acks if ack_of[id(p)] >= end)
     method_parts: list[str] = []
     if end < sent_end:
         method_parts.append(f"cut short: {sent_end - end} bytes sent but never acknowledged")

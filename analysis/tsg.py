@@ -41,7 +41,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.path import Path as MPath  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from .tcptrace import Connection, TcptraceError, _run, TCPTRACE  # noqa: E402
+from .tcptrace import TcptraceError, _run, TCPTRACE  # noqa: E402
 
 TWO_POINT = {"dot", "plus", "box", "diamond", "x", "invisible",
              "uarrow", "darrow", "larrow", "rarrow",
@@ -483,9 +483,30 @@ def draw_rtt(xpl: Path, outdir: Path) -> str:
     return out.name
 
 
+def draw_rtt_samples(csv: Path, outdir: Path, title: str) -> str | None:
+    """rtt.png from the RTT of every ACK (analysis/acks.py), on the capture
+    clock; None when the file holds no sample."""
+    pts: list[tuple[float, float]] = []
+    for line in csv.read_text().splitlines()[1:]:
+        try:
+            t, v = line.split(",")
+            pts.append((float(t), float(v)))
+        except ValueError:
+            continue
+    if not pts:
+        return None
+    xp = Xplot("timeval", "signed", title, "", "",
+               [Element("dot", (t, v), "red") for t, v in pts])
+    out = render(xp, outdir / "rtt.png", legend=[("dot", "red", "RTT of an ACK (from the segment's "
+                                                                "first transmission)")],
+                 xlabel=_axis_label(xp), ylabel="RTT (ms)")
+    return out.name
+
+
 def draw_from_xpl(outdir: Path, src: str, dst: str, window: Window | None = None,
                   origin: float | None = None) -> dict[str, str]:
-    """Redraw every PNG from the stored .xpl files of the src -> dst direction."""
+    """Redraw every PNG from the stored .xpl files of the src -> dst direction
+    (the RTT graph from the stored RTT of every ACK when there is one)."""
     graphs: dict[str, str] = {}
     tsg = find_xpl(outdir, "tsg", src, dst)
     if tsg is not None:
@@ -493,16 +514,12 @@ def draw_from_xpl(outdir: Path, src: str, dst: str, window: Window | None = None
     tput = find_xpl(outdir, "tput", src, dst)
     if tput is not None:
         graphs["tput"] = draw_tput(tput, outdir)
+    samples = outdir / "rtt_every_ack.csv"
+    drawn = draw_rtt_samples(samples, outdir, f"{src}_==>_{dst} (RTT of every ACK)") \
+        if samples.is_file() else None
     rtt = find_xpl(outdir, "rtt", src, dst)
-    if rtt is not None:
+    if drawn is not None:
+        graphs["rtt"] = drawn
+    elif rtt is not None:
         graphs["rtt"] = draw_rtt(rtt, outdir)
     return graphs
-
-
-def make_graphs(outdir: Path, conn: Connection, pcap: Path, window: Window | None = None,
-                origin: float | None = None) -> dict[str, str]:
-    """xplot files for the main connection plus PNGs of its data direction."""
-    generate_xplot(pcap, outdir, conn.index)
-    data, _ = conn.data_direction()
-    return draw_from_xpl(outdir, data.src, data.dst, window, origin)
-

@@ -129,6 +129,9 @@ CHARTS = (
 )
 
 
+CHARTS_WANT = {name: want for name, _, _, _, want in CHARTS}
+
+
 def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, want: float) -> dict:
     """One chart as PNG bytes plus a caption and the plotted numbers."""
     import matplotlib
@@ -226,6 +229,49 @@ def png(fig) -> bytes:
     return buf.getvalue()
 
 
+# Capture metrics the matrix report carries per configuration: (key, column).
+CAPTURE_METRICS = (
+    ("sender_view_bps", "sender view Mbit/s"),
+    ("receiver_view_bps", "receiver view Mbit/s"),
+    ("sat_rtt_ms_avg", "RTT avg ms (satellite hop)"),
+    ("sat_rexmt_pkts", "retransmitted pkts (satellite hop)"),
+    ("sat_sack_blocks", "SACK blocks (satellite hop)"),
+)
+
+
+def capture_metrics(metrics: dict) -> dict:
+    """A cell's figures from its captures (result.json "analysis" and
+    "end_to_end_throughput"): the spoofing study's end-to-end sender and
+    receiver views, and RTT (from every ACK), retransmissions and SACK blocks
+    where the data enters the satellite link: the WAN capture next to the
+    sender (the one whose handshake puts the sender closest).  Empty when the
+    cell was not analysed."""
+    out: dict = {}
+    e2e = metrics.get("end_to_end_throughput") or {}
+    if e2e:
+        out["sender_view_bps"] = e2e.get("sender_bps")
+        out["receiver_view_bps"] = e2e.get("receiver_bps")
+    analysis = metrics.get("analysis") or {}
+    wans = []
+    for v in ("wan_a", "wan_b"):
+        main = (analysis.get(v) or {}).get("main") if isinstance(analysis.get(v), dict) else None
+        st = (main or {}).get("spoofing_throughput") or {}
+        if main and st.get("rtt_vantage_sender_ms") is not None:
+            wans.append((st["rtt_vantage_sender_ms"], main["summary"]))
+    if wans:
+        sm = min(wans, key=lambda w: w[0])[1]
+        out["sat_rtt_ms_avg"] = sm.get("rtt_avg_ms")
+        out["sat_rexmt_pkts"] = sm.get("rexmt_pkts")
+        out["sat_sack_blocks"] = sm.get("sack_blocks_seen")
+    return {k: v for k, v in out.items() if isinstance(v, (int, float))}
+
+
+def _mean_capture(rs: list[CellRow], key: str) -> float | None:
+    vals = [capture_metrics(r.metrics).get(key) for r in rs if r.status in MEASURED]
+    vals = [v for v in vals if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def summary_table(rows: list[CellRow]) -> list[dict]:
     """One row per parameter combination (repetitions pooled)."""
     groups: dict[str, list[CellRow]] = defaultdict(list)
@@ -236,15 +282,21 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
         p = rs[0].params
         vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
         m, c = mean_ci(vals) if vals else (None, None)
-        out.append({"client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
+        # What else tells the row apart: its variant and scenario paths
+        # (seed 000's competing-flow count, seed 001's set-up).
+        setting = " ".join(([str(p["variant"])] if p.get("variant") else []) +
+                           [f"{k}={v}" for k, v in sorted(p.items()) if "." in k])
+        out.append({"setting": setting,
+                    "client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
                     "failed": sum(r.status not in MEASURED for r in rs),
                     "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
+                    **{k: _mean_capture(rs, k) for k, _ in CAPTURE_METRICS},
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
                         r.seconds for r in rs) else None})
     out.sort(key=lambda d: (PROTOCOL_ORDER.index(d["client"]) if d["client"] in PROTOCOL_ORDER else 99,
-                            d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"]))
+                            d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"], d["setting"]))
     return out
 
 
@@ -267,15 +319,15 @@ def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
     """What a person reads in the terminal when a matrix ends: per
     configuration ok/limited/failed and goodput, then the failure reasons."""
     table = summary_table(rows)
-    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>7}  {'ok':>3}{'lim':>4}{'fail':>5}"
+    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
              f"{'goodput Mbit/s':>16}"]
     for d in table:
         good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
         if d["ci95_bps"] and d["ok"] > 1:
             good += f" ±{d['ci95_bps'] / 1e6:.3f}"
         lines.append(f"{d['client'][:10]:<11}{d['pep'][:7]:<8}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
-                     f"{_human_size(d['size']):>7}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
-                     f"{good:>16}")
+                     f"{_human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
+                     f"{good:>16}" + (f"  {d['setting']}" if d["setting"] else ""))
     status = Counter(r.status for r in rows)
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
     reasons = failure_reasons(rows)
@@ -299,7 +351,7 @@ CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "size", "direction",
 
 def write_csv(path: str, rows: list[CellRow]) -> None:
     fields = ["hash", "experiment", "status", *CSV_PARAMS, "repetition", "goodput_bps", "rtt_ms_avg", "loss",
-              "integrity", "seconds", "started", "error"]
+              "integrity", *(k for k, _ in CAPTURE_METRICS), "seconds", "started", "error"]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -313,6 +365,7 @@ def write_csv(path: str, rows: list[CellRow]) -> None:
                 doc[k] = r.params.get(k)
             for k in ("rtt_ms_avg", "loss", "integrity"):
                 doc[k] = r.metrics.get(k)
+            doc.update(capture_metrics(r.metrics))
             w.writerow(doc)
     os.replace(tmp, path)
 
@@ -344,9 +397,11 @@ def gallery(out: str, rows: list[CellRow], stream=sys.stderr) -> list[dict]:
         if not analysed and not drawn:
             continue
         p = r.params
+        # PEP before client: the first few drawn alternate FTP and SCP, as the
+        # study shows them, instead of one protocol under every PEP.
         items.append({"row": r, "dir": cell_dir,
                       "rank": (-(p["rtt"]), -(p["ber"]), 0 if p["client"] in ("ftp", "scp") else 1,
-                               p["client"], p["pep"], r.repetition)})
+                               r.repetition, p["pep"], p["client"])})
     items.sort(key=lambda d: d["rank"])
     for it in items[:GALLERY_DRAWN]:
         if not os.path.exists(os.path.join(it["dir"], "report.html")):
@@ -447,12 +502,23 @@ def build(out: str) -> str:
         runs = store.runs()
     write_csv(os.path.join(out, "results.csv"), rows)
     os.makedirs(os.path.join(out, "charts"), exist_ok=True)
+    from satbed import studies
+    study = studies.pages(out, rows)
     charts = []
-    for name, title, x, fixed, want in CHARTS:
-        c = draw_chart(rows, name, title, x, fixed, want)
-        with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
-            f.write(c["png"])
-        charts.append(c)
+    # A study's own page replaces the Global Hawk charts (their axes, BER
+    # and RTT, are not what those studies vary). A matrix with variants (e.g. the Global Hawk hosts axis: today's and
+    # the study's) draws the three charts once per variant: pooling them
+    # would average different hosts into one point.
+    variants = sorted({r.params.get("variant") or "" for r in rows})
+    for variant in variants if not study else []:
+        vrows = [r for r in rows if (r.params.get("variant") or "") == variant]
+        for name, title, x, fixed, want in CHARTS:
+            if variant:
+                name, title = f"{name}_{variant}", f"{title} ({variant})"
+            c = draw_chart(vrows, name, title, x, fixed, want)
+            with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
+                f.write(c["png"])
+            charts.append(c)
 
     experiments = sorted({r.experiment for r in rows})
     status = Counter(r.status for r in rows)
@@ -469,21 +535,56 @@ def build(out: str) -> str:
         parts.append("<h2>Failures</h2><p class='failed'>" +
                      f"{sum(n for _, n in reasons)} cells did not measure; their reasons, most common first:</p>" +
                      _table(["cells", "reason"], [[str(n), text] for text, n in reasons]))
-    parts.append("<h2>Charts</h2>")
+    parts.extend(study)
+    if charts:
+        parts.append("<h2>Charts</h2>")
     for c in charts:
+        twin = next((o for o in charts if o is not c and o["x"] == c["x"] and o["fixed"] == c["fixed"]
+                     and o["value"] is not None and o["value"] == c["value"]), None)
+        if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["name"]]:
+            # Drawn at the nearest present value, it would be the other chart again.
+            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['name'][-1]}: "
+                         f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['name']]:g}; the nearest present "
+                         f"value is {twin['name']}'s, so it is not drawn twice.</p></div>")
+            try:
+                os.remove(os.path.join(out, "charts", f"{c['name']}.png"))
+            except FileNotFoundError:
+                pass
+            continue
         parts.append(f"<div class='chart' id='{c['name']}'><img alt='{c['name']}' "
                      f"src='data:image/png;base64,{base64.b64encode(c['png']).decode()}'>"
                      f"<p class='caption'>{html.escape(c['caption'])}</p></div>")
 
     parts.append("<h2>Summary (repetitions pooled)</h2>")
-    body = [[d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
+    table = summary_table(rows)
+    # Only the columns some configuration has: a ping column in a matrix
+    # without ping cells, or capture columns without captures, stay out.
+    extra = [(k, label) for k, label in (("rtt_ms_avg", "ping RTT ms"), *CAPTURE_METRICS)
+             if any(d.get(k) is not None for d in table)]
+
+    def cell(k: str, v: float | None) -> str:
+        if v is None:
+            return "–"
+        if k.endswith("_bps"):
+            return _fmt_bps(v)
+        return f"{v:.1f}" if k.endswith("_ms_avg") else f"{v:,.0f}"
+    settings = any(d["setting"] for d in table)
+    body = [[*([d["setting"]] if settings else []),
+             d["client"], d["pep"], f"{d['rtt']:g}", fmt_ber(d["ber"]), _human_size(d["size"]), d["direction"],
              f"{d['ok']}/{d['cells']}" + (f" ({d['limited']} limited)" if d["limited"] else ""),
              _fmt_bps(d["mean_bps"]),
              _fmt_bps(d["ci95_bps"]) if d["ci95_bps"] is not None and d["ok"] > 1 else "–",
-             f"{d['rtt_ms_avg']:.1f}" if d["rtt_ms_avg"] is not None else "–",
-             f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in summary_table(rows)]
-    parts.append(_table(["client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
-                         "± 95% Mbit/s", "ping RTT ms", "cell s"], body))
+             *(cell(k, d.get(k)) for k, _ in extra),
+             f"{d['seconds']:.1f}" if d["seconds"] else "–"] for d in table]
+    parts.append(_table([*(["setting"] if settings else []),
+                         "client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
+                         "± 95% Mbit/s", *(label for _, label in extra), "cell s"], body))
+    if any(k != "rtt_ms_avg" for k, _ in extra):
+        parts.append("<p class='caption'>From the cells' captures: sender and receiver views end to "
+                     "end as the TCP spoofing study defines them (bytes acknowledged from the "
+                     "initiator's SYN to the last ACK the sender received / the receiver sent); RTT "
+                     "from every ACK, retransmissions and SACK blocks at the emulator port the "
+                     "data enters the satellite link by.</p>")
 
     parts.append("<h2>Cells</h2>")
     body = []

@@ -198,6 +198,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise SatbedError("--window applies to a run directory's report, not a matrix's")
     from satbed import charts
     print(charts.build(args.dir))
+    from analysis import outage
+    page = outage.study_page(args.dir)      # the outage study's page, when the matrix has its runs
+    if page is not None:
+        print(page)
     return 0
 
 

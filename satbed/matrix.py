@@ -60,7 +60,7 @@ import time
 from dataclasses import dataclass, field
 
 
-from satbed import paths, records, yamlfile
+from satbed import paths, records, schemas, yamlfile
 from satbed.emulation import SPIN_ENV
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT
@@ -68,7 +68,6 @@ from satbed.store import DONE, MEASURED, CellRow, Store
 from satbed.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
 
 PYTHON = "/usr/bin/python3"
-TOP_KEYS = ("name", "description", "repetitions", "timeout", "fixed", "axes", "variants")
 BACKENDS = ("mininet", "docker")
 TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
@@ -239,27 +238,14 @@ def load(path: str, backend: str = "mininet", repetitions: int | None = None) ->
 
 
 def _build(doc, path: str, backend: str) -> Experiment:
-    if not isinstance(doc, dict):
-        raise SatbedError("an experiment file is a mapping with fixed: and axes:")
-    for k in doc:
-        if k not in TOP_KEYS:
-            raise SatbedError(f"unknown key {k!r} (known: {', '.join(TOP_KEYS)})")
+    schemas.validate(doc, "experiment")
     if backend not in BACKENDS:
         raise SatbedError(f"unknown testbed backend {backend!r} (known: {', '.join(BACKENDS)})")
     name = str(doc.get("name") or os.path.splitext(os.path.basename(path))[0])
     reps = doc.get("repetitions", 1)
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
-        raise SatbedError(f"repetitions: must be a positive integer, got {reps!r}")
     timeout = doc.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or timeout <= 0):
-        raise SatbedError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     fixed = doc.get("fixed") or {}
     axes = doc.get("axes") or {}
-    if not isinstance(fixed, dict):
-        raise SatbedError("fixed: must be a mapping of parameter: value")
-    if not isinstance(axes, dict):
-        raise SatbedError("axes: must be a mapping of parameter: [values]")
     base = {k: default for k, (_, default) in PARAMS.items()}
     for k, v in fixed.items():
         base[k] = _normalise(f"fixed.{k}", k, v)
@@ -267,8 +253,6 @@ def _build(doc, path: str, backend: str) -> Experiment:
     for k, vs in axes.items():
         if k in fixed:
             raise SatbedError(f"axes.{k}: also given in fixed:")
-        if not isinstance(vs, list) or not vs:
-            raise SatbedError(f"axes.{k}: must be a non-empty list")
         values = [_normalise(f"axes.{k}", k, v) for v in vs]
         if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
             raise SatbedError(f"axes.{k}: repeated value")
@@ -303,18 +287,11 @@ class Variant:
 
 
 def _variants(doc, axes: set[str]) -> list[Variant]:
-    if doc is None:
-        return []
-    if not isinstance(doc, list) or not doc:
-        raise SatbedError("variants: a non-empty list of {name:, set: {...}, clients: [...]}")
+    # The shape (a list of {name, set, clients}) is the schema's.
     out: list[Variant] = []
-    for i, v in enumerate(doc):
+    for i, v in enumerate(doc or []):
         where = f"variants.{i}"
-        if not isinstance(v, dict) or set(v) - {"name", "set", "clients"} or not v.get("name"):
-            raise SatbedError(f"{where}: {{name: NAME, set: {{parameter: value}}, clients: [...]}}")
         settings = v.get("set") or {}
-        if not isinstance(settings, dict):
-            raise SatbedError(f"{where}.set: a mapping of parameter: value")
         for k in settings:
             if k in axes:
                 raise SatbedError(f"{where}.set.{k}: also an axis")
@@ -322,8 +299,6 @@ def _variants(doc, axes: set[str]) -> list[Variant]:
                 raise SatbedError(f"{where}.set.variant: the variant's name is its name:")
         clients = v.get("clients")
         if clients is not None:
-            if not isinstance(clients, list) or not clients:
-                raise SatbedError(f"{where}.clients: a non-empty list of clients")
             clients = [_normalise(f"{where}.clients", "client", c) for c in clients]
         out.append(Variant(str(v["name"]), {k: _normalise(f"{where}.set.{k}", k, val) for k, val in settings.items()},
                            clients))

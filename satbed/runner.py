@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from satbed import clients, counters, emulation, environment, paths, peps, topology, traffic, watch
+from satbed import clients, counters, cwnd, emulation, environment, paths, peps, topology, traffic, watch
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -63,11 +63,12 @@ class RunConfig:
     endpoints: list[str] = field(default_factory=list)              # main flow [a, b]; default roles ground, aircraft
     traffic: dict = field(default_factory=dict)                     # background traffic (satbed.traffic.TrafficSpec)
     main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
+    cwnd_interval_s: float = 0.0                                    # sample the sender's cwnd (ss -ti) this often
     scenario: str = ""                                              # the scenario file it came from
     topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
 
     NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
-                  "topology_overrides")
+                  "topology_overrides", "cwnd_interval_s")
 
     def validate(self) -> None:
         if self.topology_overrides:
@@ -230,6 +231,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     pep_list: list[peps.Pep] = []
     caps = None
     sampler: counters.CounterSampler | None = None
+    cwnd_sampler: cwnd.CwndSampler | None = None
     background: traffic.Traffic | None = None
     failure: BaseException | None = None
     try:
@@ -276,10 +278,19 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
+        if cfg.cwnd_interval_s:
+            sender, receiver = (ground, aircraft) if cfg.direction == "upload" else (aircraft, ground)
+            cwnd_sampler = cwnd.CwndSampler(sender, str(receiver.ip.ip), run_dir, cfg.cwnd_interval_s)
+            cwnd_sampler.start()
         # Outages and profiles count from here: the main flow's start.
         clocks = {name: emu.start_clock() for name, emu in emus.items()}
         if any(v is not None for v in clocks.values()):
             result["schedule_clock_started_s"] = clocks
+            # Wall time of the schedules' start, to place outages on the
+            # captures' and PEPs' time axes (analysis/outage.py).
+            result["schedule_clock_wall_s"] = time.time()
+        # The machine's load when the measurement starts (1, 5, 15 min): figures from a loaded box say so.
+        result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
         # A dead PEP or emulator is named, not the client it stranded.
         with watch.guarded(pep_list, list(emus.values())):
             result.update(client.run(ctx))
@@ -295,6 +306,8 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
                 result["traffic"] = _safely(background.stop, result)
             if sampler is not None:
                 result["counters"] = _safely(sampler.stop, result)
+            if cwnd_sampler is not None:
+                result["cwnd_trace"] = _safely(cwnd_sampler.stop, result)
             if caps is not None:
                 result["captures"] = _safely(caps.stop, result)
             if pep_list:

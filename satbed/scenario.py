@@ -38,7 +38,7 @@ from satbed.units import parse_ber, parse_delay_ms, parse_rate, parse_size
 SCENARIO_DIR = os.path.join(REPO_ROOT, "scenarios")
 TOP_KEYS = ("name", "description", "topology", "link", "links", "peps", "pep", "pep_options", "profiles",
             "workload", "captures", "seed", "analyze", "graphs", "matrix")
-MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_after")
+MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_after", "cwnd_trace")
 LINK_PARAMS = ("rate", "ceil", "rtt", "ber", "queue", "emulator")      # the `link:` block: matrix parameters
 # A named link's keys -> emulation.Direction fields, per direction.
 DIRECTION_KEYS = {"rate": "rate_bps", "ceil": "ceil_bps", "burst": "burst_bytes", "cburst": "cburst_bytes",
@@ -121,7 +121,7 @@ def parse(doc: dict, path: str) -> Scenario:
     for k, v in main.items():
         if k not in MAIN_KEYS:
             raise SatbedError(f"workload.main: unknown key {k!r} (known: {', '.join(MAIN_KEYS)})")
-        if k not in ("between", "start_after"):
+        if k not in ("between", "start_after", "cwnd_trace"):
             params[k] = v
     m = doc.get("matrix") or {}
     if not isinstance(m, dict) or set(m) - {"repetitions", "timeout", "axes", "variants"}:
@@ -186,9 +186,11 @@ def topology_doc(path: str) -> dict | None:
     return doc.get("topology") if is_scenario(doc) and isinstance(doc.get("topology"), dict) else None
 
 
-def link_config(doc: object, where: str, seed: int, default_backend: str = "auto"):
+def link_config(doc: object, where: str, seed: int, default_backend: str = "auto", base_dir: str = "."):
     """A named link: the matrix-style keys for both directions, then
-    a_to_b:/b_to_a: overrides. delay: is one way; rtt: is split evenly."""
+    a_to_b:/b_to_a: overrides. delay: is one way; rtt: is split evenly. A
+    relative profile: is a file beside the scenario (base_dir), whatever
+    directory satbed runs from."""
     from satbed.emulation import LinkConfig
     if not isinstance(doc, dict):
         raise SatbedError(f"{where}: a mapping of link settings")
@@ -216,6 +218,8 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
                 v = parse_ber(v)
             elif k == "queue" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SatbedError(f"{w}: queue must be a positive number of packets")
+            elif k == "profile" and isinstance(v, str):
+                v = os.path.join(os.path.abspath(base_dir), v)
             out[DIRECTION_KEYS[k]] = v
         return out
 
@@ -254,7 +258,8 @@ def extras(doc: dict, path: str, seed: int) -> dict:
     if not isinstance(links, dict):
         raise SatbedError("links: a mapping of emulator node -> link settings")
     backend = str((doc.get("link") or {}).get("emulator", "auto"))
-    out["links"] = {str(n): link_config(v, f"links.{n}", seed, backend) for n, v in links.items()}
+    out["links"] = {str(n): link_config(v, f"links.{n}", seed, backend, os.path.dirname(path))
+                    for n, v in links.items()}
     peps_doc = doc.get("peps") or {}
     if not isinstance(peps_doc, dict):
         raise SatbedError("peps: a mapping of PEP node -> {name:, options:}")
@@ -285,6 +290,12 @@ def extras(doc: dict, path: str, seed: int) -> dict:
     if isinstance(start_after, bool) or not isinstance(start_after, (int, float)) or start_after < 0:
         raise SatbedError(f"workload.main.start_after: seconds, got {start_after!r}")
     out["main_delay_s"] = float(start_after)
+    cwnd = main.get("cwnd_trace", 0)
+    if isinstance(cwnd, bool) or not isinstance(cwnd, (int, float)) or not (cwnd == 0 or 0.01 <= cwnd <= 10):
+        raise SatbedError(f"workload.main.cwnd_trace: the sender's ss sampling period in seconds "
+                          f"(0.01..10, 0 = off), got {cwnd!r}")
+    if cwnd:
+        out["cwnd_interval_s"] = float(cwnd)
     if workload.get("traffic"):
         out["traffic"] = traffic.TrafficSpec.from_dict(workload["traffic"], "workload.traffic").to_dict()
     return out

@@ -46,25 +46,25 @@ def test_changing_any_parameter_changes_the_hash(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("fixed: {client: ping}\nbogus: 1\n", "unknown key 'bogus'"),
+    ("fixed: {client: ping}\nbogus: 1\n", "top level: Additional properties are not allowed ('bogus' was unexpected)"),
     ("fixed: {colour: red}\n", "fixed.colour: unknown parameter"),
     ("axes: {client: [ping, telnetx]}\n", "axes.client: unknown client 'telnetx'"),
     ("axes: {pep: [none, nosuchpep]}\n", "axes.pep: unknown PEP 'nosuchpep'"),
     ("axes: {ber: [0, 2]}\n", "axes.ber: BER must be in [0, 1)"),
     ("axes: {rtt: [fast]}\n", "axes.rtt: bad rtt 'fast'"),
     ("axes: {size: [10Q]}\n", "axes.size: bad size '10Q'"),
-    ("axes: {rtt: []}\n", "axes.rtt: must be a non-empty list"),
-    ("axes: {rtt: 600}\n", "axes.rtt: must be a non-empty list"),
+    ("axes: {rtt: []}\n", "axes.rtt: [] is too short"),
+    ("axes: {rtt: 600}\n", "axes.rtt: 600 is not of type 'array'"),
     ("axes: {rtt: [0, 0]}\n", "axes.rtt: repeated value"),
     ("fixed: {rtt: 0}\naxes: {rtt: [0]}\n", "axes.rtt: also given in fixed"),
-    ("repetitions: 0\n", "repetitions: must be a positive integer"),
+    ("repetitions: 0\n", "repetitions: 0 is less than the minimum of 1"),
     ("fixed: {direction: sideways}\n", "fixed.direction: 'sideways' is not one of"),
     ("fixed: {link: {warp: 9}}\n", "fixed.link: unknown link field 'warp'"),
     ("fixed: {emulator: bridge, rtt: 100}\n", "bridge is a plain bridge"),
-    ("fixed: [1, 2]\n", "fixed: must be a mapping"),
+    ("fixed: [1, 2]\n", "fixed: [1, 2] is not of type 'object', 'null'"),
     ("fixed: {rtt: [\n", "not valid YAML"),
-    ("variants: {a: {}}\n", "variants: a non-empty list"),
-    ("variants: [{set: {rtt: 0}}]\n", "variants.0: {name: NAME"),
+    ("variants: {a: {}}\n", "variants: {'a': {}} is not of type 'array', 'null'"),
+    ("variants: [{set: {rtt: 0}}]\n", "variants.0: 'name' is a required property"),
     ("axes: {rtt: [0, 100]}\nvariants: [{name: x, set: {rtt: 0}}]\n", "variants.0.set.rtt: also an axis"),
     ("variants: [{name: x, set: {rtt: fast}}]\n", "variants.0.set.rtt: bad rtt 'fast'"),
     ("variants: [{name: x, clients: [nosuch]}]\n", "variants.0.clients: unknown client 'nosuch'"),
@@ -509,3 +509,60 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
         assert open(os.path.join(out, "cells", h, "cell.exit")).read().strip() == "0"
         assert log.count("satbed matrix") == 0
     assert _leftovers(out) == []
+
+
+def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
+    """Only RTT 600 ms: Chart 1 (RTT 0) would repeat Chart 2 and is not drawn;
+    the summary carries the cells' capture figures and no empty ping column."""
+    from satbed import charts
+    from satbed.store import CellRow, Store
+    out = str(tmp_path / "c")
+    os.makedirs(out)
+
+    def analysed(rtt_avg: float, rexmt: int, sacks: int) -> dict:
+        def vantage(rtt_to_sender: float) -> dict:
+            return {"main": {"summary": {"rtt_avg_ms": rtt_avg + rtt_to_sender, "rexmt_pkts": rexmt,
+                                         "sack_blocks_seen": sacks},
+                             "spoofing_throughput": {"rtt_vantage_sender_ms": rtt_to_sender}}}
+        # Download: wan_b sits next to the sender (Client B), wan_a 600 ms away.
+        return {"goodput_bps": 2e6, "analysis": {"wan_a": vantage(600.0), "wan_b": vantage(0.1)},
+                "end_to_end_throughput": {"sender_bps": 2.2e6, "receiver_bps": 2.1e6}}
+
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for rep, (rtt_avg, rexmt, sacks) in enumerate(((700.0, 10, 30), (900.0, 20, 50))):
+            s.put(CellRow(hash=f"{rep:016x}", experiment="c",
+                          params={"client": "scp", "pep": "none", "rtt": 600.0, "ber": 1e-5, "size": 1 << 20,
+                                  "direction": "download"},
+                          config={}, repetition=rep, status="ok", goodput_bps=2e6,
+                          metrics=analysed(rtt_avg, rexmt, sacks)))
+    page = open(charts.build(out)).read()
+    assert "so it is not drawn twice" in page
+    assert not os.path.exists(os.path.join(out, "charts", "chart1.png"))
+    assert os.path.exists(os.path.join(out, "charts", "chart2.png"))
+    assert "ping RTT ms" not in page
+    for column in ("sender view Mbit/s", "receiver view Mbit/s", "RTT avg ms (satellite hop)",
+                   "retransmitted pkts (satellite hop)", "SACK blocks (satellite hop)"):
+        assert column in page, column
+    # Means over the two repetitions, at wan_b (next to the sender).
+    assert "<td>800.1</td>" in page and "<td>15</td>" in page and "<td>40</td>" in page
+    assert "<td>2.200</td>" in page and "<td>2.100</td>" in page
+    rows = open(os.path.join(out, "results.csv")).read().splitlines()
+    assert "sat_rtt_ms_avg" in rows[0] and "800.1" not in rows[1] and "700.1" in rows[1]
+
+
+def test_gallery_draws_ftp_and_scp_first(tmp_path):
+    from satbed import charts
+    from satbed.store import CellRow
+    out = str(tmp_path / "g")
+    rows = []
+    for i, (client, pep) in enumerate((("ftp", "none"), ("ftp", "pepd"), ("ftp", "pepsal"), ("scp", "none"),
+                                       ("scp", "pepd"), ("scp", "pepsal"))):
+        h = f"{i:016x}"
+        d = os.path.join(out, "cells", h)
+        os.makedirs(d)
+        open(os.path.join(d, "report.html"), "w").write("<html></html>")
+        rows.append(CellRow(hash=h, experiment="g", params={"client": client, "pep": pep, "rtt": 600.0,
+                                                            "ber": 1e-5}, config={}, repetition=0, status="ok"))
+    shown = charts.gallery(out, rows, stream=open(os.devnull, "w"))
+    first = [(it["row"].params["client"], it["row"].params["pep"]) for it in shown[:charts.GALLERY_DRAWN]]
+    assert {c for c, _ in first} == {"ftp", "scp"}

@@ -159,3 +159,11 @@ def test_bad_sweep_paths_are_one_line(tmp_path, axis, message):
     doc = {**BASE, "matrix": {"axes": {axis: [0]}}}
     with pytest.raises(SatbedError, match=message):
         matrix.load(write(tmp_path, doc))
+
+
+def test_a_link_profile_is_the_file_beside_the_scenario_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exp = matrix.load(scenario.find("multiflow-ber"))
+    profile = exp.cells[0].config["links"]["sat"]["a_to_b"]["profile"]
+    assert profile == os.path.join(scenario.SCENARIO_DIR, "multiflow-ber.csv")
+    assert os.path.isfile(profile)

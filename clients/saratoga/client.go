@@ -19,6 +19,7 @@ type ClientConfig struct {
 	Burst   time.Duration // pacer token-bucket depth; 0 means DefaultBurst
 	Timeout time.Duration // inactivity timeout
 	MTU     int           // 0 means DefaultMTU
+	Frame   int           // largest UDP payload; 0 means MTU - FrameMargin
 	// Checksum is the METADATA checksum a put sends (get uses the server's).
 	Checksum ChecksumType
 	// Descriptor fixes the put descriptor width; AutoDescriptor picks the
@@ -37,6 +38,7 @@ func (c *ClientConfig) defaults() {
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
+	c.Frame = FrameFor(c.MTU, c.Frame)
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
 	}
@@ -49,7 +51,7 @@ func (c *ClientConfig) defaults() {
 type clientConn struct {
 	conn net.PacketConn
 	own  bool
-	peer net.Addr
+	out  *batchSender
 	in   chan any
 	bad  atomic.Uint64
 	wg   sync.WaitGroup
@@ -60,7 +62,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve server %q: %w", cfg.Server, err)
 	}
-	c := &clientConn{conn: cfg.Conn, peer: peer, in: make(chan any, 8192)}
+	c := &clientConn{conn: cfg.Conn, in: make(chan any, 8192)}
 	if c.conn == nil {
 		network := "udp4"
 		if peer.IP.To4() == nil {
@@ -73,6 +75,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 		// Room for a burst of frames while the receiver writes to disk.
 		SetSocketBuffers(c.conn, 4<<20)
 	}
+	c.out = newBatchSender(c.conn, peer)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -91,9 +94,14 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 	return c, nil
 }
 
-func (c *clientConn) send(b []byte) error {
-	_, err := c.conn.WriteTo(b, c.peer)
-	return err
+func (c *clientConn) send(b []byte) error { return c.out.send(b) }
+
+// beacon announces this client to the server ahead of its REQUEST; it is
+// advisory, so a failure to send it is ignored.
+func (c *clientConn) beacon() {
+	if b, err := localBeacon("").Append(nil); err == nil {
+		_ = c.send(b)
+	}
 }
 
 func (c *clientConn) close() {
@@ -133,7 +141,8 @@ func describe(op, name string, err error) error {
 func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, error) {
 	cfg.defaults()
 	session := newSessionID()
-	req, err := (&Request{Descriptor: D64, Type: ReqGet, Session: session, Path: name}).Append(nil)
+	req, err := (&Request{Descriptor: D64, Type: ReqGet, Session: session, Path: name,
+		TxWilling: WillingYes, RxWilling: WillingYes}).Append(nil)
 	if err != nil {
 		return nil, describe("get", name, err)
 	}
@@ -148,9 +157,10 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 		os.Remove(tmp)
 		return nil, describe("get", name, err)
 	}
+	cc.beacon()
 	start := time.Now()
 	rcv := newReceiver(receiverConfig{
-		Session: session, Descriptor: D64, MTU: cfg.MTU, Timeout: cfg.Timeout,
+		Session: session, Descriptor: D64, Frame: cfg.Frame, Timeout: cfg.Timeout,
 		Linger: cfg.Linger,
 		Retry:  func() error { return cc.send(req) }, RetryEvery: time.Second,
 	}, f, cc.send, cc.in)
@@ -206,7 +216,8 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 	session := newSessionID()
 	meta := &Metadata{Descriptor: desc, ChecksumType: cfg.Checksum, Checksum: sum, Session: session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(fi.ModTime()), Path: remote}}
-	req, err := (&Request{Descriptor: desc, Type: ReqPut, Session: session, Path: remote}).Append(nil)
+	req, err := (&Request{Descriptor: desc, Type: ReqPut, Session: session, Path: remote,
+		TxWilling: WillingYes, RxWilling: WillingYes}).Append(nil)
 	if err != nil {
 		return nil, describe("put", remote, err)
 	}
@@ -215,12 +226,13 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 		return nil, describe("put", remote, err)
 	}
 	defer cc.close()
+	cc.beacon()
 	start := time.Now()
 	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
 		return nil, describe("put", remote, err)
 	}
-	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, MTU: cfg.MTU, Timeout: cfg.Timeout},
-		f, size, meta, cc.send, cc.in)
+	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, Frame: cfg.Frame, Timeout: cfg.Timeout},
+		f, size, meta, cc.out.sendBatch, cc.in)
 	if err != nil {
 		return nil, describe("put", remote, err)
 	}

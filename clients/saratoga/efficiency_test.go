@@ -57,7 +57,7 @@ func TestEfficiency(t *testing.T) {
 	sameFile(t, out, want)
 
 	desc := DescriptorFor(uint64(size))
-	payload := chunkSize(DefaultMTU, desc)
+	payload := chunkSize(FrameFor(DefaultMTU, 0), desc)
 	frame := DataHeaderLen(desc, false) + payload + WireOverhead
 	per := 1 - math.Pow(1-ber, float64(frame*8))
 	ref := rate * (1 - per) * float64(payload) / float64(frame)

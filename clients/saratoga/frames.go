@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Port is the IANA-assigned Saratoga UDP port.
@@ -46,8 +47,9 @@ func (t FrameType) String() string {
 // Descriptor is the 2-bit offset/length width selector (flags bits 8-9).
 type Descriptor uint8
 
-// Descriptor widths. D128 is defined by the draft but not supported here
-// because Go has no native 128-bit integer; frames using it are rejected.
+// Descriptor widths. Offsets are held in a uint64, so a 128-bit
+// descriptor is sent with its upper 64 bits zero, and a received one whose
+// upper 64 bits are not zero is rejected (no object here is that large).
 const (
 	D16  Descriptor = 0
 	D32  Descriptor = 1
@@ -72,7 +74,7 @@ func (d Descriptor) Max() uint64 {
 // Bits returns the width in bits (16, 32, 64, 128).
 func (d Descriptor) Bits() int { return d.Size() * 8 }
 
-// DescriptorFor returns the narrowest supported descriptor that can hold
+// DescriptorFor returns the narrowest descriptor that can hold
 // offsets up to and including size.
 func DescriptorFor(size uint64) Descriptor {
 	switch {
@@ -84,7 +86,7 @@ func DescriptorFor(size uint64) Descriptor {
 	return D64
 }
 
-// ParseDescriptorBits maps 16/32/64 to a Descriptor.
+// ParseDescriptorBits maps 16/32/64/128 to a Descriptor.
 func ParseDescriptorBits(bits int) (Descriptor, error) {
 	switch bits {
 	case 16:
@@ -93,9 +95,23 @@ func ParseDescriptorBits(bits int) (Descriptor, error) {
 		return D32, nil
 	case 64:
 		return D64, nil
+	case 128:
+		return D128, nil
 	}
-	return 0, fmt.Errorf("unsupported descriptor width %d (want 16, 32 or 64)", bits)
+	return 0, fmt.Errorf("unsupported descriptor width %d (want 16, 32, 64 or 128)", bits)
 }
+
+// Willing is the 2-bit tx-willing / rx-willing field of BEACON and
+// REQUEST frames.
+type Willing uint8
+
+// Willing values (draft section 4.1, BEACON flags; reused by REQUEST).
+const (
+	WillingNo      Willing = 0
+	WillingInvalid Willing = 1
+	WillingCapable Willing = 2
+	WillingYes     Willing = 3
+)
 
 // RequestType is the 8-bit request type of a REQUEST frame (flags bits 24-31).
 type RequestType uint8
@@ -202,6 +218,66 @@ func (e ErrorCode) String() string {
 // STATUS frames. Its content is opaque to the receiver, which echoes it.
 const TimestampLen = 16
 
+// TimestampType is the first byte of the 16-byte timestamp: how the other
+// 15 bytes are to be read.
+type TimestampType uint8
+
+// Timestamp types. Every type is accepted on receive (the field is only
+// echoed); the sender uses TSPosix64_32.
+const (
+	TSLocal        TimestampType = 0 // local interpretation: opaque
+	TSPosix32      TimestampType = 1 // 32-bit POSIX seconds
+	TSPosix64      TimestampType = 2 // 64-bit POSIX seconds
+	TSPosix32_32   TimestampType = 3 // 32-bit seconds, 32-bit nanoseconds
+	TSPosix64_32   TimestampType = 4 // 64-bit seconds, 32-bit nanoseconds
+	TSEpoch2000_32 TimestampType = 5 // 32-bit seconds since 2000-01-01 UTC
+)
+
+// epoch2000 is the epoch of directory-entry times and TSEpoch2000_32.
+var epoch2000 = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// NewTimestamp encodes t as type TSPosix64_32: byte 0 the type, bytes 1-8
+// the seconds, 9-12 the nanoseconds, 13-15 zero.
+func NewTimestamp(t time.Time) [TimestampLen]byte {
+	var b [TimestampLen]byte
+	b[0] = byte(TSPosix64_32)
+	ns := t.UnixNano()
+	binary.BigEndian.PutUint64(b[1:9], uint64(ns/1e9))
+	binary.BigEndian.PutUint32(b[9:13], uint32(ns%1e9))
+	return b
+}
+
+// ParseTimestamp reads a typed timestamp. ok is false for local
+// interpretation, unknown types and out-of-range sub-second fields: such a
+// timestamp is still valid on the wire, it just carries no time we can use.
+func ParseTimestamp(b [TimestampLen]byte) (t time.Time, ok bool) {
+	switch TimestampType(b[0]) {
+	case TSPosix32:
+		return time.Unix(int64(binary.BigEndian.Uint32(b[1:5])), 0), true
+	case TSPosix64:
+		s := binary.BigEndian.Uint64(b[1:9])
+		if s > 1<<62 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(s), 0), true
+	case TSPosix32_32:
+		ns := binary.BigEndian.Uint32(b[5:9])
+		if ns >= 1e9 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(binary.BigEndian.Uint32(b[1:5])), int64(ns)), true
+	case TSPosix64_32:
+		s, ns := binary.BigEndian.Uint64(b[1:9]), binary.BigEndian.Uint32(b[9:13])
+		if ns >= 1e9 || s > 1<<62 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(s), int64(ns)), true
+	case TSEpoch2000_32:
+		return epoch2000.Add(time.Duration(binary.BigEndian.Uint32(b[1:5])) * time.Second), true
+	}
+	return time.Time{}, false
+}
+
 // MaxPathLen bounds file names carried in REQUEST and directory entries.
 const MaxPathLen = 1024
 
@@ -215,12 +291,12 @@ type Hole struct {
 type Beacon struct {
 	Descriptor Descriptor // largest descriptor the peer handles
 	Stream     bool       // peer handles streams
-	TxWilling  uint8      // 2 bits: 0 no, 2 capable, 3 yes
-	RxWilling  uint8      // 2 bits, as TxWilling
+	TxWilling  Willing    // 2 bits: 0 no, 2 capable, 3 yes
+	RxWilling  Willing    // 2 bits, as TxWilling
 	UDPLite    bool
 	HasFree    bool       // free-space field present
 	FreeDesc   Descriptor // width of the free-space field
-	FreeSpace  uint64     // free space in KiB
+	FreeSpace  uint64     // free space in KiB (a 128-bit field must fit 64 bits)
 	EID        string     // endpoint identifier, rest of frame
 }
 
@@ -228,11 +304,16 @@ type Beacon struct {
 type Request struct {
 	Descriptor Descriptor
 	Stream     bool
-	UDPLite    bool
-	Type       RequestType
-	Session    uint32
-	Path       string
-	Auth       []byte // optional authentication field after the path
+	// TxWilling and RxWilling (bits 12-13, 14-15) say whether the
+	// requester will send and receive; a get needs RxWilling and a put
+	// TxWilling set to yes for a peer that checks them.
+	TxWilling Willing
+	RxWilling Willing
+	UDPLite   bool
+	Type      RequestType
+	Session   uint32
+	Path      string
+	Auth      []byte // optional authentication field after the path
 }
 
 // DirEnt is a Saratoga directory entry, as carried in METADATA.
@@ -322,12 +403,12 @@ const (
 	fTransferMSB           = 10 // 2 bits, METADATA and DATA
 	fStreamBit             = 11 // BEACON, REQUEST
 	fTimestampBit          = 12 // DATA, STATUS
-	fTxWillingMSB          = 12 // BEACON, 2 bits
+	fTxWillingMSB          = 12 // BEACON, REQUEST, 2 bits
 	fProgressBit           = 12 // METADATA
 	fReliabilityBit        = 13 // METADATA
 	fMetaMissingBit        = 13 // STATUS
 	fAllHolesBit           = 14 // STATUS
-	fRxWillingMSB          = 14 // BEACON, 2 bits
+	fRxWillingMSB          = 14 // BEACON, REQUEST, 2 bits
 	fVoluntaryBit          = 15 // STATUS
 	fReqStatusBit          = 15 // DATA
 	fUDPLiteBit            = 16 // BEACON, REQUEST
@@ -378,7 +459,8 @@ func putDesc(b []byte, d Descriptor, v uint64) ([]byte, error) {
 	case D64:
 		return binary.BigEndian.AppendUint64(b, v), nil
 	}
-	return b, fmt.Errorf("%d-bit descriptors are not supported", d.Bits())
+	b = binary.BigEndian.AppendUint64(b, 0) // D128: upper half
+	return binary.BigEndian.AppendUint64(b, v), nil
 }
 
 // reader is a bounds-checked cursor over a received frame.
@@ -426,10 +508,15 @@ func (r *reader) desc(d Descriptor) uint64 {
 		}
 		return 0
 	}
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: 128-bit descriptor", ErrUnsupported)
+	v := r.take(16)
+	if v == nil {
+		return 0
 	}
-	return 0
+	if binary.BigEndian.Uint64(v[:8]) != 0 {
+		r.err = fmt.Errorf("%w: 128-bit value beyond 2^64", ErrUnsupported)
+		return 0
+	}
+	return binary.BigEndian.Uint64(v[8:])
 }
 
 // cstring reads a NUL-terminated string of at most MaxPathLen bytes.
@@ -485,9 +572,6 @@ func Decode(b []byte) (any, error) {
 	}
 	w := binary.BigEndian.Uint32(b)
 	d := Descriptor(getBits(w, fDescMSB, fDescW))
-	if d == D128 {
-		return nil, fmt.Errorf("%w: 128-bit descriptor", ErrUnsupported)
-	}
 	r := &reader{b: b[4:]}
 	var f any
 	switch t {
@@ -563,8 +647,8 @@ func decodeBeacon(w uint32, d Descriptor, r *reader) *Beacon {
 	f := &Beacon{
 		Descriptor: d,
 		Stream:     getBool(w, fStreamBit),
-		TxWilling:  uint8(getBits(w, fTxWillingMSB, 2)),
-		RxWilling:  uint8(getBits(w, fRxWillingMSB, 2)),
+		TxWilling:  Willing(getBits(w, fTxWillingMSB, 2)),
+		RxWilling:  Willing(getBits(w, fRxWillingMSB, 2)),
 		UDPLite:    getBool(w, fUDPLiteBit),
 		HasFree:    getBool(w, fFreeSpaceBit),
 	}
@@ -583,6 +667,8 @@ func (f *Request) Append(b []byte) ([]byte, error) {
 	}
 	w := header(TypeRequest, f.Descriptor)
 	setBool(&w, fStreamBit, f.Stream)
+	setBits(&w, fTxWillingMSB, 2, uint32(f.TxWilling&3))
+	setBits(&w, fRxWillingMSB, 2, uint32(f.RxWilling&3))
 	setBool(&w, fUDPLiteBit, f.UDPLite)
 	setBits(&w, fLowByteMSB, 8, uint32(f.Type))
 	b = binary.BigEndian.AppendUint32(b, w)
@@ -596,6 +682,8 @@ func decodeRequest(w uint32, d Descriptor, r *reader) *Request {
 	f := &Request{
 		Descriptor: d,
 		Stream:     getBool(w, fStreamBit),
+		TxWilling:  Willing(getBits(w, fTxWillingMSB, 2)),
+		RxWilling:  Willing(getBits(w, fRxWillingMSB, 2)),
 		UDPLite:    getBool(w, fUDPLiteBit),
 		Type:       RequestType(getBits(w, fLowByteMSB, 8)),
 	}

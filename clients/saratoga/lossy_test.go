@@ -1,6 +1,7 @@
 package saratoga
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -20,6 +21,9 @@ type lossyConn struct {
 	ber  float64
 	// dropFirst[t] drops that many leading frames of type t outright.
 	dropFirst [5]int
+	// violations lists frames written that another implementation
+	// would reject (interopViolation).
+	violations []string
 
 	mu      sync.Mutex
 	rng     *rand.Rand
@@ -34,6 +38,32 @@ type delayed struct {
 	at   time.Time
 	b    []byte
 	addr net.Addr
+}
+
+// interopViolation says why another implementation would reject frame b
+// (the issue-20 interop findings), or "" if none would.
+func interopViolation(b []byte) string {
+	if len(b) > FrameFor(DefaultMTU, 0) {
+		return fmt.Sprintf("frame of %d bytes above MTU-60", len(b))
+	}
+	f, err := Decode(b)
+	if err != nil {
+		return err.Error()
+	}
+	switch v := f.(type) {
+	case *Request:
+		if v.TxWilling != WillingYes || v.RxWilling != WillingYes {
+			return fmt.Sprintf("REQUEST willing bits tx %d rx %d", v.TxWilling, v.RxWilling)
+		}
+	case *Data:
+		if len(v.Payload) == 0 {
+			return "DATA without payload"
+		}
+		if t := TimestampType(v.Timestamp[0]); v.HasTimestamp && (t == TSLocal || t > TSEpoch2000_32) {
+			return fmt.Sprintf("DATA timestamp type %d", t)
+		}
+	}
+	return ""
 }
 
 func newLossyConn(c net.PacketConn, seed uint64, delay time.Duration) *lossyConn {
@@ -72,6 +102,9 @@ func (l *lossyConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		p = 1 - math.Pow(1-l.ber, float64((len(b)+WireOverhead)*8))
 	}
 	l.sent[t]++
+	if v := interopViolation(b); v != "" && len(l.violations) < 10 {
+		l.violations = append(l.violations, v)
+	}
 	drop := l.rng.Float64() < p
 	if l.dropFirst[t] > 0 {
 		l.dropFirst[t]--

@@ -25,8 +25,8 @@ type sinkFile interface {
 
 type receiverConfig struct {
 	Session        uint32
-	Descriptor     Descriptor // used for STATUS before any frame shows the sender's
-	MTU            int
+	Descriptor     Descriptor    // used for STATUS before any frame shows the sender's
+	Frame          int           // largest UDP payload to send
 	Timeout        time.Duration // give up after this long without a frame
 	StatusInterval time.Duration // unsolicited STATUS period
 	Linger         time.Duration // keep answering after completion
@@ -64,7 +64,15 @@ type receiver struct {
 	// completedAt is when the object was complete and verified.
 	completedAt time.Time
 	buf         []byte
+	// wbuf collects a run of consecutive frames so the file is written in
+	// blocks (one system call per writeBlock, not per frame); wOff is
+	// where it goes.
+	wbuf []byte
+	wOff uint64
 }
+
+// writeBlock is the largest run of frames written to the file at once.
+const writeBlock = 256 << 10
 
 func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <-chan any) *receiver {
 	if cfg.Now == nil {
@@ -76,7 +84,7 @@ func newReceiver(cfg receiverConfig, dst sinkFile, send func([]byte) error, in <
 	if cfg.RetryEvery <= 0 {
 		cfg.RetryEvery = time.Second
 	}
-	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.MTU)}
+	return &receiver{cfg: cfg, dst: dst, send: send, in: in, desc: cfg.Descriptor, buf: make([]byte, 0, cfg.Frame)}
 }
 
 // newHash returns the hash for a checksum type (nil for none).
@@ -150,7 +158,11 @@ func (r *receiver) run(ctx context.Context) (TransferStats, *Metadata, error) {
 			}
 		}
 	}
-	if err := r.advanceHash(); err != nil {
+	if err := r.flush(); err != nil {
+		r.sendStatus(nil, ErrCantReceive)
+		return r.stats, r.meta, err
+	}
+	if err := r.advanceHash(0, nil); err != nil {
 		r.sendStatus(nil, ErrUnspecified)
 		return r.stats, r.meta, err
 	}
@@ -197,8 +209,16 @@ func (r *receiver) linger(ctx context.Context) {
 		case <-t.C:
 			return
 		case f := <-r.in:
-			if d, ok := f.(*Data); ok && d.ReqStatus {
-				r.sendStatus(d, ErrSuccess)
+			switch v := f.(type) {
+			case *Data:
+				if v.ReqStatus {
+					r.sendStatus(v, ErrSuccess)
+				}
+			case *Metadata:
+				// The sender of an empty object probes with METADATA.
+				if v.Session == r.cfg.Session {
+					r.sendStatus(nil, ErrSuccess)
+				}
 			}
 		}
 	}
@@ -246,7 +266,7 @@ func (r *receiver) handle(f any) error {
 			r.sendStatus(nil, ErrCantReceive)
 			return fmt.Errorf("receiver: %w", err)
 		}
-		if err := r.advanceHash(); err != nil {
+		if err := r.advanceHash(0, nil); err != nil {
 			r.sendStatus(nil, ErrCantReceive)
 			return err
 		}
@@ -278,11 +298,11 @@ func (r *receiver) handle(f any) error {
 				if below {
 					r.stats.RetransmittedFrames++
 				}
-				if _, err := r.dst.WriteAt(v.Payload, int64(v.Offset)); err != nil {
+				if err := r.write(v.Offset, v.Payload); err != nil {
 					r.sendStatus(nil, ErrCantReceive)
 					return fmt.Errorf("receiver: write at %d: %w", v.Offset, err)
 				}
-				if err := r.advanceHash(); err != nil {
+				if err := r.advanceHash(v.Offset, v.Payload); err != nil {
 					r.sendStatus(nil, ErrCantReceive)
 					return err
 				}
@@ -297,14 +317,59 @@ func (r *receiver) handle(f any) error {
 	return nil
 }
 
-// advanceHash feeds newly contiguous bytes to the checksum.
-func (r *receiver) advanceHash() error {
+// write stores p at off, extending the pending block when p follows it.
+func (r *receiver) write(off uint64, p []byte) error {
+	if len(r.wbuf) > 0 && off == r.wOff+uint64(len(r.wbuf)) && len(r.wbuf)+len(p) <= writeBlock {
+		r.wbuf = append(r.wbuf, p...)
+		return nil
+	}
+	if err := r.flush(); err != nil {
+		return err
+	}
+	if r.wbuf == nil {
+		r.wbuf = make([]byte, 0, writeBlock)
+	}
+	if len(p) > writeBlock {
+		_, err := r.dst.WriteAt(p, int64(off))
+		return err
+	}
+	r.wbuf, r.wOff = append(r.wbuf[:0], p...), off
+	return nil
+}
+
+// flush writes the pending block.
+func (r *receiver) flush() error {
+	if len(r.wbuf) == 0 {
+		return nil
+	}
+	_, err := r.dst.WriteAt(r.wbuf, int64(r.wOff))
+	r.wbuf = r.wbuf[:0]
+	if err != nil {
+		return fmt.Errorf("receiver: write at %d: %w", r.wOff, err)
+	}
+	return nil
+}
+
+// advanceHash feeds newly contiguous bytes to the checksum. p, at offset
+// off, is a frame just written: the bytes it holds are hashed from memory
+// rather than read back from the file (one system call less per frame).
+func (r *receiver) advanceHash(off uint64, p []byte) error {
 	if r.hasher == nil {
 		return nil
 	}
 	end := min(r.got.contiguous(), r.meta.Dirent.Size)
+	if off <= r.hashed && r.hashed < off+uint64(len(p)) && r.hashed < end {
+		n := min(off+uint64(len(p)), end) - r.hashed
+		r.hasher.Write(p[r.hashed-off : r.hashed-off+n])
+		r.hashed += n
+	}
 	if r.hashBuf == nil && end > r.hashed {
 		r.hashBuf = make([]byte, 256<<10)
+	}
+	if r.hashed < end {
+		if err := r.flush(); err != nil {
+			return err
+		}
 	}
 	for r.hashed < end {
 		p := r.hashBuf[:min(uint64(len(r.hashBuf)), end-r.hashed)]
@@ -333,7 +398,7 @@ func (r *receiver) sendStatus(req *Data, code ErrorCode) {
 		st.HasTimestamp, st.Timestamp = req.HasTimestamp, req.Timestamp
 	}
 	if code == ErrSuccess {
-		maxN := (r.cfg.MTU - WireOverhead - StatusHeaderLen(st.Descriptor, st.HasTimestamp)) / (2 * st.Descriptor.Size())
+		maxN := (r.cfg.Frame - StatusHeaderLen(st.Descriptor, st.HasTimestamp)) / (2 * st.Descriptor.Size())
 		st.Holes, st.Incomplete = r.got.holes(r.got.highest(), max(maxN, 0))
 	}
 	if st.Progress > st.Descriptor.Max() {

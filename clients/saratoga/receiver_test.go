@@ -50,7 +50,7 @@ func runReceiver(t *testing.T, frames []any) (*receiver, *statusLog, []byte, err
 		in <- fr
 	}
 	var log statusLog
-	r := newReceiver(receiverConfig{Session: 1, Descriptor: D32, MTU: DefaultMTU, Timeout: time.Second}, f, log.send, in)
+	r := newReceiver(receiverConfig{Session: 1, Descriptor: D32, Frame: FrameFor(DefaultMTU, 0), Timeout: time.Second}, f, log.send, in)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, _, err = r.run(ctx)

@@ -28,23 +28,29 @@ type Server struct {
 	Checksum       ChecksumType
 	Timeout        time.Duration // per-session inactivity timeout
 	MTU            int
+	Frame          int           // largest UDP payload; 0 means MTU - FrameMargin
 	Linger         time.Duration // how long a finished put keeps answering
 	MaxSessions    int           // concurrent transactions; 0 means 64
 	Log            *log.Logger   // nil discards
+	// BeaconTo, if set, receives a BEACON every BeaconEvery (default 10 s).
+	BeaconTo    []net.Addr
+	BeaconEvery time.Duration
 
 	malformed atomic.Uint64
 	sessions  atomic.Uint64
 	failed    atomic.Uint64
+	beacons   atomic.Uint64
 }
 
 // ServerStats are cumulative server counters.
 type ServerStats struct {
-	Malformed, Sessions, Failed uint64
+	Malformed, Sessions, Failed, Beacons uint64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{Malformed: s.malformed.Load(), Sessions: s.sessions.Load(), Failed: s.failed.Load()}
+	return ServerStats{Malformed: s.malformed.Load(), Sessions: s.sessions.Load(), Failed: s.failed.Load(),
+		Beacons: s.beacons.Load()}
 }
 
 type sessionKey struct {
@@ -77,6 +83,7 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	if s.MTU == 0 {
 		s.MTU = DefaultMTU
 	}
+	s.Frame = FrameFor(s.MTU, s.Frame)
 	if s.Timeout <= 0 {
 		s.Timeout = 30 * time.Second
 	}
@@ -100,7 +107,23 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
 	defer stop()
 
+	if len(s.BeaconTo) > 0 {
+		every := s.BeaconEvery
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			beaconLoop(ctx, conn, s.BeaconTo, every, s.Root)
+		}()
+	}
 	dispatch := func(addr net.Addr, f any) {
+		if b, ok := f.(*Beacon); ok {
+			s.beacons.Add(1)
+			s.logf("beacon from %v: %q, descriptor %d, tx-willing %d, rx-willing %d", addr, b.EID, b.Descriptor.Bits(), b.TxWilling, b.RxWilling)
+			return
+		}
 		key := sessionKey{addr.String(), frameSession(f)}
 		mu.Lock()
 		sess := sessions[key]
@@ -172,10 +195,7 @@ func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 
 // refuse answers a REQUEST with an error STATUS.
 func refuse(conn net.PacketConn, addr net.Addr, req *Request, code ErrorCode) {
-	st := Status{Descriptor: D64, Session: req.Session, Error: code, MetadataMissing: true}
-	if req.Descriptor != D128 {
-		st.Descriptor = req.Descriptor
-	}
+	st := Status{Descriptor: req.Descriptor, Session: req.Session, Error: code, MetadataMissing: true}
 	if b, err := st.Append(nil); err == nil {
 		_, _ = conn.WriteTo(b, addr)
 	}
@@ -215,10 +235,7 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 		rf(ErrAccessDenied)
 		return fmt.Errorf("path %q outside root", req.Path)
 	}
-	send := func(b []byte) error {
-		_, err := conn.WriteTo(b, addr)
-		return err
-	}
+	out := newBatchSender(conn, addr)
 	var (
 		sum *Summary
 		err error
@@ -226,9 +243,9 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	start := time.Now()
 	switch req.Type {
 	case ReqGet:
-		sum, err = s.serveGet(ctx, root, name, req, send, in, rf)
+		sum, err = s.serveGet(ctx, root, name, req, out.sendBatch, in, rf)
 	case ReqPut:
-		sum, err = s.servePut(ctx, root, name, req, send, in, rf)
+		sum, err = s.servePut(ctx, root, name, req, out.send, in, rf)
 	default:
 		rf(ErrBadRequest)
 		err = fmt.Errorf("request type %d not supported", req.Type)
@@ -242,7 +259,7 @@ func (s *Server) transaction(ctx context.Context, root *os.Root, conn net.Packet
 	return nil
 }
 
-func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([]byte) error, in <-chan any, rf func(ErrorCode)) (*Summary, error) {
+func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *Request, send func([][]byte), in <-chan any, rf func(ErrorCode)) (*Summary, error) {
 	f, err := root.Open(name)
 	if err != nil {
 		rf(openErrorCode(err))
@@ -270,7 +287,7 @@ func (s *Server) serveGet(ctx context.Context, root *os.Root, name string, req *
 	ctime := changeTime(fi)
 	meta := &Metadata{Descriptor: desc, ChecksumType: s.Checksum, Session: req.Session,
 		Dirent: DirEnt{Descriptor: desc, Size: size, Mtime: since2000(fi.ModTime()), Ctime: since2000(ctime), Path: name}}
-	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, Burst: s.Burst, MTU: s.MTU, Timeout: s.Timeout,
+	snd, err := newSender(senderConfig{Session: req.Session, Descriptor: desc, RateBPS: s.RateBPS, Burst: s.Burst, Frame: s.Frame, Timeout: s.Timeout,
 		LateChecksum: func() ([]byte, error) { return ChecksumOf(f, size, s.Checksum) }},
 		f, size, meta, send, in)
 	if err != nil {
@@ -309,9 +326,6 @@ func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *
 		}
 	}()
 	desc := req.Descriptor
-	if desc == D128 {
-		desc = D64
-	}
 	// The file is moved into place as soon as it verifies, before the
 	// final STATUS tells the client it is done.
 	commit := func() error {
@@ -324,7 +338,7 @@ func (s *Server) servePut(ctx context.Context, root *os.Root, name string, req *
 		keep = true
 		return nil
 	}
-	rcv := newReceiver(receiverConfig{Session: req.Session, Descriptor: desc, MTU: s.MTU, Timeout: s.Timeout, Linger: s.Linger, OnComplete: commit},
+	rcv := newReceiver(receiverConfig{Session: req.Session, Descriptor: desc, Frame: s.Frame, Timeout: s.Timeout, Linger: s.Linger, OnComplete: commit},
 		f, send, in)
 	// Accept: an empty STATUS tells the client to start sending.
 	rcv.sendStatus(nil, ErrSuccess)

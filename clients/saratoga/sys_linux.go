@@ -37,3 +37,12 @@ func changeTime(fi fs.FileInfo) time.Time {
 	}
 	return fi.ModTime()
 }
+
+// freeKiB returns the free space available to unprivileged users under dir.
+func freeKiB(dir string) (uint64, bool) {
+	var st syscall.Statfs_t
+	if syscall.Statfs(dir, &st) != nil {
+		return 0, false
+	}
+	return st.Bavail * uint64(st.Bsize) / 1024, true
+}

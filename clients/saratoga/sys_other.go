@@ -20,3 +20,6 @@ func SetSocketBuffers(c net.PacketConn, bytes int) {
 // changeTime returns the modification time; the inode change time is only
 // read on Linux.
 func changeTime(fi fs.FileInfo) time.Time { return fi.ModTime() }
+
+// freeKiB is not available here: beacons go without free space.
+func freeKiB(string) (uint64, bool) { return 0, false }

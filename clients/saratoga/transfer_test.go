@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,6 +93,20 @@ func sameFile(t *testing.T, path string, want []byte) {
 	}
 }
 
+// noViolations fails the test if c wrote a frame another implementation
+// would reject.
+func noViolations(t *testing.T, conns ...*lossyConn) {
+	t.Helper()
+	for _, c := range conns {
+		c.mu.Lock()
+		v := c.violations
+		c.mu.Unlock()
+		if len(v) > 0 {
+			t.Errorf("frames other implementations reject: %q", v)
+		}
+	}
+}
+
 func TestGetLossy(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -108,6 +123,7 @@ func TestGetLossy(t *testing.T) {
 		{"60KB d16 auto crc32", 60000, 0, true, CsumCRC32, impair{seed: 3, delay: 2 * time.Millisecond, dropData: 0.1, dropState: 0.1}, 50e6, false},
 		{"empty file", 0, 0, true, CsumMD5, impair{seed: 4}, 10e6, false},
 		{"clean 1MB", 1 << 20, D64, false, CsumNone, impair{seed: 5}, 100e6, false},
+		{"2MB d128 5% loss", 2 << 20, D128, false, CsumMD5, impair{seed: 6, delay: 5 * time.Millisecond, dropData: 0.05, dropState: 0.05}, 100e6, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,7 +134,8 @@ func TestGetLossy(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.bin")
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: testClientConn(t, tc.im),
+			cc := testClientConn(t, tc.im)
+			sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: cc,
 				Linger: 200 * time.Millisecond}, "f.bin", out)
 			if err != nil {
 				t.Fatal(err)
@@ -131,6 +148,7 @@ func TestGetLossy(t *testing.T) {
 				t.Errorf("summary %+v", sum)
 			}
 			_, dropped := ts.conn.counts()
+			noViolations(t, ts.conn, cc)
 			if tc.holes && (dropped[TypeData] == 0 || sum.RetransmittedFrames == 0 || sum.HolesRequested == 0) {
 				t.Errorf("expected loss recovery: dropped %v, summary %+v", dropped, sum)
 			}
@@ -150,6 +168,8 @@ func TestPutLossy(t *testing.T) {
 	}{
 		{"4MB d64 md5 10% loss", 4 << 20, D64, false, CsumMD5, impair{seed: 11, delay: 10 * time.Millisecond, dropData: 0.1, dropState: 0.1}},
 		{"2MB auto sha1 15% loss", 2 << 20, 0, true, CsumSHA1, impair{seed: 12, delay: 3 * time.Millisecond, dropData: 0.15, dropState: 0.15}},
+		{"1MB d128 crc32 10% loss", 1 << 20, D128, false, CsumCRC32, impair{seed: 13, delay: 2 * time.Millisecond, dropData: 0.1, dropState: 0.1}},
+		{"empty file", 0, D32, false, CsumMD5, impair{seed: 14, delay: 2 * time.Millisecond}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,7 +185,8 @@ func TestPutLossy(t *testing.T) {
 				t.Fatal(err)
 			}
 			sameFile(t, filepath.Join(root, "up.bin"), want)
-			if sum.RetransmittedFrames == 0 || sum.HolesRequested == 0 {
+			noViolations(t, c, ts.conn)
+			if tc.size > 0 && (sum.RetransmittedFrames == 0 || sum.HolesRequested == 0) {
 				t.Errorf("expected loss recovery: %+v", sum)
 			}
 			entries, _ := os.ReadDir(root)
@@ -413,5 +434,44 @@ func TestMaxSessions(t *testing.T) {
 	cancel()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("first get: %v", err)
+	}
+}
+
+// TestBeacons: a server given BeaconTo sends BEACON frames there, and a
+// client's get announces itself with one the server counts.
+func TestBeacons(t *testing.T) {
+	root := t.TempDir()
+	want := writeRandom(t, filepath.Join(root, "f.bin"), 5000, 9)
+	watch, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	ts := startServer(t, &Server{Root: root, RateBPS: 10e6, AutoDescriptor: true, Checksum: CsumMD5,
+		Timeout: 5 * time.Second, BeaconTo: []net.Addr{watch.LocalAddr()}, BeaconEvery: 50 * time.Millisecond}, impair{seed: 21})
+	for i := range 2 {
+		_ = watch.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 2048)
+		n, _, err := watch.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("beacon %d: %v", i, err)
+		}
+		f, err := Decode(buf[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, ok := f.(*Beacon)
+		if !ok || b.Descriptor != D128 || b.TxWilling != WillingYes || b.RxWilling != WillingYes ||
+			!strings.HasPrefix(b.EID, "saratoga:") || !b.HasFree {
+			t.Fatalf("beacon %d: %+v", i, f)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out.bin")
+	if _, err := Get(context.Background(), ClientConfig{Server: ts.addr, Timeout: 5 * time.Second}, "f.bin", out); err != nil {
+		t.Fatal(err)
+	}
+	sameFile(t, out, want)
+	if got := ts.srv.Stats().Beacons; got != 1 {
+		t.Errorf("server counted %d beacons, want 1", got)
 	}
 }

@@ -3,10 +3,6 @@ package saratoga
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
-	"net"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -14,34 +10,27 @@ import (
 // the Global Hawk test bed).
 const DefaultMTU = 1500
 
+// FrameMargin is how far below the IP MTU the default frame (UDP payload)
+// stays: room for an IPv6 header (40) and UDP (8) with 12 bytes to spare,
+// and the limit other implementations enforce on receive (the draft
+// co-author's drops frames above interface MTU - 60). README, "Frame size".
+const FrameMargin = 60
+
+// FrameFor returns the frame size to use: frame if set, else mtu (or
+// DefaultMTU) less FrameMargin.
+func FrameFor(mtu, frame int) int {
+	if frame > 0 {
+		return frame
+	}
+	if mtu <= 0 {
+		mtu = DefaultMTU
+	}
+	return mtu - FrameMargin
+}
+
 // maxDatagram is the read buffer size; anything larger is not a frame we
 // could have produced and is truncated into a malformed frame.
 const maxDatagram = 65536
-
-// readLoop decodes datagrams from conn and hands them to dispatch until
-// conn fails (closed or read deadline hit). Undecodable datagrams are
-// counted in bad and dropped.
-func readLoop(conn net.PacketConn, bad *atomic.Uint64, dispatch func(net.Addr, any)) error {
-	buf := make([]byte, maxDatagram)
-	for {
-		n, addr, err := conn.ReadFrom(buf)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				// ICMP port unreachable from an earlier send; the socket
-				// is still fine.
-				continue
-			}
-			return err
-		}
-		// Decoded frames alias their bytes, so each gets its own copy.
-		f, err := Decode(append([]byte(nil), buf[:n]...))
-		if err != nil {
-			bad.Add(1)
-			continue
-		}
-		dispatch(addr, f)
-	}
-}
 
 // newSessionID returns a random non-zero transaction id.
 func newSessionID() uint32 {
@@ -59,11 +48,10 @@ func newSessionID() uint32 {
 
 // since2000 converts a time to the draft's directory-entry epoch.
 func since2000(t time.Time) uint32 {
-	epoch := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
-	if t.Before(epoch) {
+	if t.Before(epoch2000) {
 		return 0
 	}
-	d := t.Sub(epoch) / time.Second
+	d := t.Sub(epoch2000) / time.Second
 	if d > 0xffffffff {
 		return 0xffffffff
 	}

@@ -8,20 +8,22 @@
 // the LAN socket's receive queue, the relay's splice pipe and the WAN
 // socket's send queue (unsent plus unacknowledged). pepd cannot stop the
 // kernel from acknowledging what it accepts, so it bounds what the kernel
-// may accept: the LAN socket's advertised window is clamped
-// (TCP_WINDOW_CLAMP, shrinkable mid-stream since Linux 6.7) to the free
-// space B − occupancy, and the relay stops reading the LAN socket while the
-// buffer is full, so no window update is sent either. The kernel never
-// retracts a window it has advertised, so the source never sees a window
-// violation and nothing is dropped; the bound can be exceeded by at most
-// the clamp's floor (the kernel's smallest window, about one segment).
+// may accept and what pepd moves on: the LAN socket gets a fixed receive
+// buffer holding a share of B (LanShare, a quarter of B), which is what
+// the kernel offers the source as window, and the relay reads it only
+// while the WAN side (pipe + send queue) holds less than B minus that
+// share. When the WAN side is full the receive buffer fills, the window
+// closes, and it reopens as soon as pepd reads again. The kernel never
+// drops a segment within a window it offered (the buffer is never shrunk)
+// nor retracts a window, so the source sees no loss and no window
+// violation.
 //
-// ACK reservation (K > 0): once the occupancy reaches K·B no new window
-// credit is given — the acknowledgements that would open the source's
-// window are held back — until the occupancy falls below K·B again, i.e.
-// until the satellite side drains (after an outage: as soon as the link is
-// back). Then all the credit held back, B − occupancy, is released in one
-// window update, so the source's window reopens at once by (1−K)·B.
+// ACK reservation (K > 0): once the occupancy reaches K·B the relay stops
+// reading until the occupancy falls below K·B again, i.e. until the
+// satellite side drains (after an outage: as soon as the link is back);
+// the acknowledgements that would have opened the source's window are
+// held back that long, and the first read after it reopens the window by
+// what the LAN share holds, in one update.
 package access
 
 import (
@@ -71,46 +73,50 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// LanShare is the part of B the LAN socket's receive buffer holds: a
+// quarter of B, at least 16 packets, at most B. It must exceed the
+// terrestrial leg's bandwidth-delay product at the satellite rate (12.5
+// packets in the study) or the source could not keep the buffer fed.
+func (c Config) LanShare() int64 {
+	seg := int64(c.Segment)
+	if seg <= 0 {
+		seg = DefaultSegment
+	}
+	return min(max(c.Limit()/4, 16*seg), c.Limit())
+}
+
 // Decision is what the policy wants done with the LAN leg right now.
 type Decision struct {
-	LanAllow  int64 // bytes the LAN side may hold: its receive queue plus the window still open to the source
-	Credit    int64 // LanAllow minus the receive queue: the window the source may have beyond what pepd holds
-	Read      bool  // whether the relay may read the LAN socket now
-	Reserving bool  // ACK reservation in force (credit held back)
+	WanCap    int64 // the relay reads the LAN socket while the WAN side holds less than this
+	Read      bool
+	Reserving bool // ACK reservation in force
 }
 
 // Decide applies the policy. inq is what waits in the LAN socket's receive
 // queue, wanSide what the relay's pipe and the WAN socket's send queue
-// hold; the occupancy is their sum. prev is the previous decision, with
-// its LanAllow reduced by what the relay has read since.
+// hold; the occupancy is their sum.
 //
-// Without reservation the LAN side may hold B minus the WAN side, so
-// occupancy plus open window never exceed B. With it, once the occupancy
-// reaches K·B the LAN side's allowance stops growing (what the WAN side
-// drains is not handed back to the source: those are the ACKs held back)
-// and shrinks with every read, until the occupancy falls below K·B; then
-// the allowance returns to B minus the WAN side in one step, which the
-// kernel advertises as one window update (the burst of held ACKs).
-//
-// Reading the LAN socket frees receive memory the kernel would offer as
-// window; the relay's gate (Conn.Allow) shrinks the buffer by as much
-// before each read, so reads move bytes without creating credit. Reads
-// are allowed while the WAN side needs feeding: below B, and while
-// reserving below K·B (during an outage the WAN side stays full, so
-// nothing is read).
-func (c Config) Decide(inq, wanSide int64, prev Decision) Decision {
+// Without reservation the WAN side may hold B minus the LAN share, so the
+// occupancy stays within B. With it, from the moment the occupancy
+// reaches K·B nothing is read until it falls below K·B (the reservation
+// ends by itself when the satellite side drains: the occupancy is
+// recomputed every tick). The WAN side never gets less than 4 packets
+// of room, so a small K·B cannot stop the relay altogether.
+func (c Config) Decide(inq, wanSide int64) Decision {
 	limit := c.Limit()
-	occupancy := inq + wanSide
-	d := Decision{LanAllow: max(limit-wanSide, 0), Read: wanSide < limit}
+	seg := int64(c.Segment)
+	if seg <= 0 {
+		seg = DefaultSegment
+	}
+	d := Decision{WanCap: max(limit-c.LanShare(), 4*seg)}
 	if c.Reserve > 0 {
 		threshold := int64(math.Ceil(c.Reserve * float64(limit)))
-		if occupancy >= threshold {
+		if inq+wanSide >= threshold {
 			d.Reserving = true
-			d.LanAllow = min(d.LanAllow, max(prev.LanAllow, inq))
-			d.Read = wanSide < threshold
+			d.WanCap = 0
 		}
 	}
-	d.Credit = max(d.LanAllow-inq, 0)
+	d.Read = wanSide < d.WanCap
 	return d
 }
 

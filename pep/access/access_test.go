@@ -7,40 +7,38 @@ import (
 
 func TestDecide(t *testing.T) {
 	const seg = 1000
-	plain := Config{Packets: 100, Segment: seg}
+	plain := Config{Packets: 100, Segment: seg} // LAN share 25 packets: the WAN side may hold 75
 	res := Config{Packets: 100, Segment: seg, Reserve: 0.8}
 	for _, tc := range []struct {
 		name     string
 		cfg      Config
 		inq, wan int64
-		prev     Decision
 		want     Decision
 	}{
-		{"empty buffer: the source may send B", plain, 0, 0, Decision{}, Decision{LanAllow: 100 * seg, Credit: 100 * seg, Read: true}},
-		{"half full", plain, 10 * seg, 40 * seg, Decision{}, Decision{LanAllow: 60 * seg, Credit: 50 * seg, Read: true}},
-		{"full on the WAN side: no credit, no read", plain, 0, 100 * seg, Decision{}, Decision{}},
-		{"full, mostly in the LAN queue: read to feed the WAN, no credit", plain, 90 * seg, 10 * seg, Decision{}, Decision{LanAllow: 90 * seg, Read: true}},
-		{"over B (a window the kernel would not retract): no negative credit", plain, 2 * seg, 100 * seg, Decision{}, Decision{}},
-		{"below K·B: as without reservation", res, 0, 50 * seg, Decision{}, Decision{LanAllow: 50 * seg, Credit: 50 * seg, Read: true}},
-		{"reaches K·B: the allowance stops where it was", res, 0, 80 * seg,
-			Decision{LanAllow: 20 * seg, Credit: 20 * seg, Read: true},
-			Decision{LanAllow: 20 * seg, Credit: 20 * seg, Read: false, Reserving: true}},
-		{"reserving while the WAN drains: what it drains is not handed back", res, 10 * seg, 75 * seg,
-			Decision{LanAllow: 12 * seg, Reserving: true},
-			Decision{LanAllow: 12 * seg, Credit: 2 * seg, Read: true, Reserving: true}},
-		{"reserving, reads used the allowance up: no credit", res, 5 * seg, 78 * seg,
-			Decision{LanAllow: 5 * seg, Reserving: true},
-			Decision{LanAllow: 5 * seg, Read: true, Reserving: true}},
-		{"drains below K·B: everything held back released at once", res, 0, 79 * seg,
-			Decision{LanAllow: 1 * seg, Reserving: true},
-			Decision{LanAllow: 21 * seg, Credit: 21 * seg, Read: true}},
-		{"K·B rounds up to whole bytes", Config{Packets: 3, Segment: 1, Reserve: 0.5}, 0, 1, Decision{}, Decision{LanAllow: 2, Credit: 2, Read: true}},
+		{"empty buffer: read", plain, 0, 0, Decision{WanCap: 75 * seg, Read: true}},
+		{"WAN side below B minus the LAN share: read", plain, 25 * seg, 74 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"WAN side full: stop, the LAN window closes", plain, 10 * seg, 75 * seg, Decision{WanCap: 75 * seg}},
+		{"below K·B: as without reservation", res, 5 * seg, 70 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"reaches K·B: nothing is read, ACKs held", res, 10 * seg, 70 * seg, Decision{Reserving: true}},
+		{"drained below K·B: reading resumes at once", res, 10 * seg, 69 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"a tiny B keeps 4 packets of WAN room", Config{Packets: 16, Segment: seg}, 0, 0, Decision{WanCap: 4 * seg, Read: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.cfg.Decide(tc.inq, tc.wan, tc.prev); got != tc.want {
-				t.Fatalf("Decide(%d, %d, %+v) = %+v, want %+v", tc.inq, tc.wan, tc.prev, got, tc.want)
+			if got := tc.cfg.Decide(tc.inq, tc.wan); got != tc.want {
+				t.Fatalf("Decide(%d, %d) = %+v, want %+v", tc.inq, tc.wan, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestLanShare(t *testing.T) {
+	for _, tc := range []struct {
+		packets int
+		want    int64
+	}{{185, 185 * DefaultSegment / 4}, {40, 16 * DefaultSegment}, {10, 10 * DefaultSegment}} {
+		if got := (Config{Packets: tc.packets}).LanShare(); got != tc.want {
+			t.Errorf("B=%d: LanShare %d, want %d", tc.packets, got, tc.want)
+		}
 	}
 }
 

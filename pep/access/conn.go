@@ -1,12 +1,10 @@
 package access
 
 import (
-	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,26 +41,24 @@ type Conn struct {
 	reserving atomic.Bool
 	down      atomic.Bool
 
-	mu    sync.Mutex // guards the fields below (the monitor and the relay's gate both resize)
-	det   DetectorState
-	prev  Decision // with LanAllow reduced by reads since
-	buf   int64    // LAN receive buffer (sk_rcvbuf) as last set, bytes
-	clamp int      // TCP_WINDOW_CLAMP as last set
-	ratio float64  // payload bytes per byte of receive-buffer memory, LAN socket
+	mu  sync.Mutex // guards det
+	det DetectorState
 }
 
 // NewConn prepares the policy for one connection; Run drives it.
 func NewConn(cfg Config, lan, wan syscall.RawConn, pipe func() int64, hooks Hooks) *Conn {
-	c := &Conn{cfg: cfg, lan: lan, wan: wan, pipe: pipe, hooks: hooks, ratio: 0.5}
+	c := &Conn{cfg: cfg, lan: lan, wan: wan, pipe: pipe, hooks: hooks}
 	if cfg.Enabled() {
-		// Before the first tick the source may send B. An explicit
-		// receive buffer also turns autotuning off, which would otherwise
-		// resize the buffer under pepd (tcp_rcv_space_adjust).
-		c.budget.Store(cfg.Limit())
-		c.prev = Decision{LanAllow: cfg.Limit(), Credit: cfg.Limit(), Read: true}
-		c.mu.Lock()
-		c.resize(0, cfg.Limit())
-		c.mu.Unlock()
+		// The LAN share of B as a fixed receive buffer: the window the
+		// kernel offers is its free space. An explicit size also turns
+		// autotuning off, which would grow it. The kernel counts memory,
+		// not payload: about 0.75 payload bytes per byte for 1500-byte
+		// frames without offloads (it doubles the value given).
+		c.budget.Store(cfg.Limit() - cfg.LanShare())
+		buf := int(float64(cfg.LanShare()) / 0.75)
+		lan.Control(func(fd uintptr) {
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, (buf+1)/2)
+		})
 	}
 	return c
 }
@@ -115,23 +111,14 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 	}
 	var d Decision
 	if c.cfg.Enabled() {
-		c.mu.Lock()
-		d = c.cfg.Decide(inq, wanSide, c.prev)
-		c.prev = d
-		rmem := c.learnRatio(inq)
-		c.resize(rmem, d.Credit)
-		c.mu.Unlock()
+		d = c.cfg.Decide(inq, wanSide)
 		c.reserving.Store(d.Reserving)
-		// A grant the relay is still reading shows in neither queue
-		// reliably: count it against the budget (at worst twice).
-		fl := c.inflight.Load()
-		switch {
-		case !d.Read:
+		if d.Read {
+			// A grant the relay is still reading shows in neither queue
+			// reliably: count it against the budget (at worst twice).
+			c.budget.Store(d.WanCap - wanSide - c.inflight.Load())
+		} else {
 			c.budget.Store(0)
-		case d.Reserving:
-			c.budget.Store(int64(math.Ceil(c.cfg.Reserve*float64(c.cfg.Limit()))) - wanSide - fl)
-		default:
-			c.budget.Store(c.cfg.Limit() - wanSide - fl)
 		}
 	}
 	srtt := time.Duration(info.Rtt) * time.Microsecond
@@ -143,65 +130,6 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 		c.hooks.Outage(o, started)
 	}
 	return Sample{Time: now, Inq: inq, WanSide: wanSide, Reserving: d.Reserving, Down: c.down.Load()}, true
-}
-
-// The window: the kernel offers the receive buffer's free space as
-// window, converted from buffer memory to payload bytes by the socket's
-// scaling ratio (learnt from the segments received: about 0.6 for
-// 1500-byte frames without offloads, 0.5 before any data). pepd sets the
-// buffer (SO_RCVBUFFORCE) to the memory in use plus the credit, so the
-// free space is the credit, and zero when there is none. TCP_WINDOW_CLAMP
-// cannot do this: the kernel raises a clamp to its floor (about one
-// segment) and offers that again with every ACK, so the source trickles
-// on, and autotuning resets the clamp.
-
-// learnRatio measures payload per byte of receive memory from the queue
-// when it is long enough to average; returns the memory in use.
-func (c *Conn) learnRatio(inq int64) (rmem int64) {
-	var mem [9]uint32 // SK_MEMINFO_*: rmem_alloc first
-	c.lan.Control(func(fd uintptr) {
-		l := uint32(len(mem) * 4)
-		if _, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
-			uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&l)), 0); e == 0 {
-			rmem = int64(mem[0])
-		}
-	})
-	if inq >= 16<<10 && rmem > 0 {
-		c.ratio = min(max(float64(inq)/float64(rmem), 0.25), 1)
-	}
-	return rmem
-}
-
-// resize sets the LAN receive buffer to rmem plus credit's worth of
-// memory. The kernel never retracts a window it has advertised; if the
-// buffer is set below what that window needs, it makes room by
-// collapsing its queue (tcp_prune_queue), which the per-read accounting
-// keeps rare. Caller holds c.mu.
-func (c *Conn) resize(rmem, credit int64) {
-	// The clamp bounds the window in payload bytes, exactly, whenever the
-	// credit is above the kernel's floor for it; the buffer below closes
-	// the window when the credit is smaller, and is otherwise sized with
-	// room to spare (the ratio errs low) so the clamp is what binds.
-	clamp := int(min(max(credit, 1), 1<<30))
-	if clamp != c.clamp {
-		c.clamp = clamp
-		c.lan.Control(func(fd uintptr) {
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_WINDOW_CLAMP, clamp)
-		})
-	}
-	buf := rmem + int64(float64(credit)/c.ratio)
-	if d := buf - c.buf; d > -2048 && d < 2048 && c.buf != 0 {
-		return
-	}
-	c.setBuf(buf)
-}
-
-func (c *Conn) setBuf(buf int64) {
-	buf = min(max(buf, 4096), 1<<31-2)
-	c.buf = buf
-	c.lan.Control(func(fd uintptr) {
-		unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, int(buf/2)) // the kernel doubles it
-	})
 }
 
 // Allow is the relay's gate for the LAN->WAN direction: it returns how
@@ -254,10 +182,6 @@ func (c *Conn) Allow(max int, closed <-chan struct{}) int {
 		n := min(int64(max), b, inq)
 		c.budget.Add(-n)
 		c.inflight.Store(n)
-		c.mu.Lock()
-		c.prev.LanAllow -= n
-		c.setBuf(c.buf - int64(float64(n)/c.ratio))
-		c.mu.Unlock()
 		return int(n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +127,18 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 	}
 	t.Logf("%d bytes intact across 5 outages", total)
 
+	// No segment the source sent within its window was dropped for want
+	// of receive memory at pepd (the window is steered by resizing it).
+	out, err := netns.Exec(pep, "nstat", "-az", "TcpExtRcvPruned", "TcpExtTCPRcvQDrop", "TcpExtOfoPruned")
+	if err != nil {
+		t.Fatalf("nstat: %v %s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[0], "TcpExt") && f[1] != "0" {
+			t.Errorf("pepd's namespace dropped received segments: %s", line)
+		}
+	}
+
 	var s accessStats
 	for end := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		raw, err := os.ReadFile(filepath.Join(b.nodes[0].StateDir, "stats.json"))
@@ -174,15 +187,17 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 	if samples == 0 || reserving == 0 {
 		t.Errorf("buffer trace: %d samples, %d reserving; want the reservation seen", samples, reserving)
 	}
-	// The bound is kept by a control loop: pepd measures and resizes the
-	// LAN receive buffer every 5 ms (later on a loaded machine), and on
-	// this zero-delay LAN the source fills any window the kernel offers
-	// meanwhile within microseconds, so single samples exceed B (up to
-	// 2 x B seen at the start, under load). The bulk of the time it holds.
+	// The LAN share of B is a receive buffer sized in memory, not payload
+	// (pepd assumes 0.75 payload bytes per byte), so the bound is a
+	// little soft: measured up to 12 % over B at the peak, within B for
+	// the 90th percentile.
+	if s.BufferHighWaterBytes > s.BufferLimitBytes*6/5 {
+		t.Errorf("buffer high water %d bytes > 1.2 x B = %d bytes", s.BufferHighWaterBytes, s.BufferLimitBytes*6/5)
+	}
 	sort.Slice(occ, func(i, j int) bool { return occ[i] < occ[j] })
 	p90 := occ[len(occ)*9/10]
 	t.Logf("occupancy: 90th percentile %d bytes, max %d, B = %d", p90, occ[len(occ)-1], s.BufferLimitBytes)
-	if p90 > s.BufferLimitBytes*11/10 {
-		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.1 x B = %d bytes", p90, s.BufferLimitBytes*11/10)
+	if p90 > s.BufferLimitBytes*21/20 {
+		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.05 x B = %d bytes", p90, s.BufferLimitBytes*21/20)
 	}
 }

@@ -98,7 +98,6 @@ func Defaults() Options {
 		Workers:          1,
 		Handshake:        HandshakeLocal,
 		Wan:              WanTCP,
-		WanAdapt:         true,
 	}
 }
 

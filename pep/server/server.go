@@ -118,9 +118,17 @@ type Server struct {
 type flowKey struct{ client, server netip.AddrPort }
 
 type heldLeg struct {
-	up    *net.TCPConn // nil while dialling
+	up    *net.TCPConn // nil while dialling, and after serve took it
 	ready time.Time    // when up was connected (and the client's SYN let through)
+	taken time.Time    // when serve paired it with the client's connection
 }
+
+// takenGrace is how long a flow whose SYN was let through is remembered,
+// so a retransmission of the client's SYN still in flight (or a late
+// duplicate) goes on to the listener, which answers it on the existing
+// connection, instead of starting a second upstream connect: on a lossy
+// path that spurious connect reached the server as a second connection.
+const takenGrace = 30 * time.Second
 
 // RefuseMark is the packet mark a held SYN leaves the queue with when the
 // server refused the upstream connect: the interception rules then route
@@ -586,11 +594,12 @@ func (s *Server) queueLoop(ctx context.Context) {
 		}
 		s.heldMu.Unlock()
 		if dup {
-			if h.up == nil {
+			if h.up == nil && h.taken.IsZero() {
 				// The client's retransmitted SYN while the server has not
 				// answered yet: the first one is still held.
 				s.verdict(p.ID, nfqueue.Drop, false, 0)
 			} else {
+				// Connected already: the listener answers the duplicate.
 				s.verdict(p.ID, nfqueue.Accept, false, 0)
 			}
 			continue
@@ -654,8 +663,9 @@ func (s *Server) takeHeld(client, orig *net.TCPAddr) *net.TCPConn {
 	if h == nil || h.up == nil {
 		return nil
 	}
-	delete(s.held, k)
-	return h.up
+	up := h.up
+	h.up, h.taken = nil, time.Now()
+	return up
 }
 
 // expireHeld closes upstream legs whose client connection never reached
@@ -668,9 +678,12 @@ func (s *Server) expireHeld(now time.Time) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	for k, h := range s.held {
-		if h.up != nil && now.Sub(h.ready) > s.cfg.Opts.ConnectTimeout {
+		switch {
+		case h.up != nil && now.Sub(h.ready) > s.cfg.Opts.ConnectTimeout:
 			h.up.SetLinger(0)
 			h.up.Close()
+			delete(s.held, k)
+		case !h.taken.IsZero() && now.Sub(h.taken) > takenGrace:
 			delete(s.held, k)
 		}
 	}

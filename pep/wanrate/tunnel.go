@@ -115,6 +115,7 @@ type Tunnel struct {
 		start     time.Time
 		minSample time.Duration
 		limited   bool // the pacer, not data or windows, held the sender back
+		queued    bool // the previous interval saw queueing delay
 		startup   bool
 		// resolved counts the wire bits of data frames whose fate became
 		// known in the interval (delivered, or lost after crossing the
@@ -319,7 +320,11 @@ func (t *Tunnel) sendLoop() {
 			return
 		}
 		now := time.Now()
-		if w := t.pace.wait(maxBits, now); w > 0 {
+		// Control frames (status, HELLO, open, reset) never wait for the
+		// pacer: they are few and small, and a status held back behind
+		// data would read as queueing delay at the peer, whose rate would
+		// then drop, and so on. They are charged, so data makes room.
+		if w := t.pace.wait(maxBits, now); w > 0 && len(t.ctrl) == 0 {
 			t.ctl.limited = true
 			t.mu.Unlock()
 			time.Sleep(w)
@@ -383,10 +388,14 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 			default:
 				t.st.DataSent += int64(len(sg.data))
 			}
+			// A copy keeps the send time of the repair it copies: loss
+			// detection takes a delivered frame's send time as the
+			// moment everything sent before it should have arrived, and
+			// the copy's later time marked frames still in flight lost.
 			if !dup {
 				sg.sends++
+				sg.sent = now
 			}
-			sg.sent = now
 			sg.lost = false
 			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}
 			if s.k.mine {
@@ -550,6 +559,7 @@ func (t *Tunnel) tickLoop() {
 	defer t.wg.Done()
 	tk := time.NewTicker(tickEvery)
 	defer tk.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-t.stop:
@@ -557,6 +567,13 @@ func (t *Tunnel) tickLoop() {
 		case <-tk.C:
 		}
 		now := time.Now()
+		// A tick that comes late means this process did not run for a
+		// while; the statuses that arrived meanwhile are still unread, so
+		// timeouts wait one tick for the receive loop to catch up (a
+		// 2-second stall at load 15 otherwise marked every frame in
+		// flight lost and resent 11 MB of 100).
+		late := now.Sub(last) > 4*tickEvery
+		last = now
 		t.mu.Lock()
 		if now.Sub(t.lastHello) >= helloEvery {
 			t.queueHelloLocked(now, false)
@@ -566,6 +583,9 @@ func (t *Tunnel) tickLoop() {
 			t.peerLostLocked("peer_lost")
 		}
 		rto := t.rtoLocked()
+		if late {
+			rto = time.Hour
+		}
 		for _, s := range append([]*Stream(nil), t.order...) {
 			s.tickLocked(now, rto)
 		}
@@ -580,6 +600,17 @@ func (t *Tunnel) tickLoop() {
 		}
 		t.mu.Unlock()
 	}
+}
+
+// floorLocked is the lowest pacing rate: a quarter of the hint (a path
+// can lose that much of the rate it was configured for and still be
+// followed), so a host too busy to send on time, whose delays look like
+// queueing, cannot talk the rate down to nothing.
+func (t *Tunnel) floorLocked() float64 {
+	if t.cap > 0 {
+		return max(minRate, float64(t.cap)/4)
+	}
+	return minRate
 }
 
 // rtoLocked is how long a frame may go unanswered before it is resent:
@@ -627,8 +658,11 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 	}
 	r := t.pace.rate
 	thresh := max(5*time.Millisecond, t.minRTT/10)
+	queueing := c.minSample > t.minRTT+thresh
 	switch {
-	case c.minSample > t.minRTT+thresh:
+	case queueing && c.queued:
+		// Queueing in two intervals in a row: a busy host stalls for
+		// one now and then, a slower link queues for good.
 		// Down to a little under what the bottleneck passed, so the
 		// queue drains; a fixed cut per round trip would keep cutting
 		// while the queue built meanwhile drains.
@@ -637,10 +671,10 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 		} else {
 			r *= 0.9
 		}
-		r = max(r, minRate)
+		r = max(r, t.floorLocked())
 		c.startup = false
 		t.st.RateDecreases++
-	case c.limited && (t.cap == 0 || r < float64(t.cap)):
+	case !queueing && c.limited && (t.cap == 0 || r < float64(t.cap)):
 		if c.startup {
 			r *= 1.25
 		} else {
@@ -651,5 +685,6 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 		}
 	}
 	t.pace.setRate(r)
+	c.queued = queueing
 	c.start, c.minSample, c.limited, c.resolved = now, 0, false, 0
 }

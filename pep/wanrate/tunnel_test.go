@@ -379,6 +379,37 @@ func TestNoPeer(t *testing.T) {
 	}
 }
 
+// TestIdleThenReply: a connection idle for longer than the stall limit
+// then sends (an FTP control connection answering after a long
+// transfer) is not taken for stalled.
+func TestIdleThenReply(t *testing.T) {
+	pr := newPair(t, 0, 0, 5*time.Millisecond, 100_000_000, 0, false)
+	got := make(chan []byte, 1)
+	dst := server(t, func(c *net.TCPConn) {
+		b, _ := io.ReadAll(c)
+		got <- b
+		c.Close()
+	})
+	client, result := pr.split(t, dst)
+	client.Write([]byte("before"))
+	time.Sleep(300 * time.Millisecond)
+	// Pretend the stream has been idle since long before the stall limit.
+	pr.a.mu.Lock()
+	for _, s := range pr.a.streams {
+		s.lastProgress = time.Now().Add(-2 * stallLimit)
+	}
+	pr.a.mu.Unlock()
+	client.Write([]byte(" after"))
+	client.CloseWrite()
+	if b := <-got; string(b) != "before after" {
+		t.Fatalf("server got %q", b)
+	}
+	io.Copy(io.Discard, client)
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q", r)
+	}
+}
+
 // TestBackpressure: a LAN receiver that stops reading stops the LAN
 // sender; neither pepd holds more than its window.
 func TestBackpressure(t *testing.T) {

@@ -24,9 +24,17 @@ class Ping(Client):
         # satellite) is not counted in the figures.
         ctx.ground.run(["ping", "-n", "-c", "1", "-W", str(wait), str(ctx.aircraft.ip.ip)],
                        timeout=wait + 10, check=False)
-        cp = ctx.ground.run(["ping", "-n", "-c", str(self.count), "-i", "0.2", "-W", str(wait),
-                             str(ctx.aircraft.ip.ip)],
-                            timeout=self.count * 0.2 + wait + 10, check=False)
+        # With a time limit, one echo a second for that long: the path's RTT
+        # and losses over a whole scenario run (-D stamps each reply).
+        # -w bounds the whole probe, so a loaded host's late echoes cannot
+        # stretch it past the run's time limit.
+        count, interval, deadline = self.count, 0.2, []
+        if ctx.time_limit_s:
+            count, interval = max(1, int(ctx.time_limit_s)), 1.0
+            deadline = ["-w", str(count + wait)]
+        cp = ctx.ground.run(["ping", "-n", "-D", "-c", str(count), "-i", str(interval), "-W", str(wait),
+                             *deadline, str(ctx.aircraft.ip.ip)],
+                            timeout=count * interval + wait + 20, check=False)
         with open(ctx.path("logs", "ping.txt"), "w", encoding="utf-8") as f:
             f.write(cp.stdout + cp.stderr)
         return parse(cp.stdout)

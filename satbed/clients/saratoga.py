@@ -8,6 +8,8 @@ import json
 
 from satbed.clients.base import ClientContext
 from satbed.clients.transfer import Run, TransferClient, ip
+from satbed.errors import SatbedError
+from satbed.net import Node
 
 PORT = 7542
 UNSHAPED_BPS = 100_000_000  # the plain bridge has no rate to match
@@ -15,7 +17,7 @@ UNSHAPED_BPS = 100_000_000  # the plain bridge has no rate to match
 
 class Saratoga(TransferClient):
     name = "saratoga"
-    tools = ("saratoga",)
+    tools = ("saratoga", "ping")
     tcp = False
 
     def transfer(self, ctx: ClientContext, t: Run) -> dict:
@@ -36,8 +38,20 @@ class Saratoga(TransferClient):
             payload = t.payload(t.path("aircraft", "payload.bin"))
             received = t.expect(t.path("ground", "payload.bin"))
             args = [saratoga, "get", *common, "-file", "payload.bin", "-out", received]
+        warm_neighbours(t, client, self.tool("ping"), ip(server))
         seconds, out = t.client(client, args)
         return t.verify(payload, received, seconds, rate_bps=rate, saratoga=summary(out))
+
+
+def warm_neighbours(t: Run, node: Node, ping: str, server_ip: str) -> None:
+    """One untimed ping before the transfer, so that the first REQUEST does
+    not wait for address resolution across the link (the TCP clients get
+    the same from their untimed connect probe). A lost ping only means the
+    transfer pays for resolution itself."""
+    try:
+        t.client(node, [ping, "-c", "1", "-W", "5", server_ip], timeout=15)
+    except SatbedError:
+        pass
 
 
 def summary(out: str) -> dict:

@@ -76,3 +76,15 @@ def test_end_to_end_views_span_the_lan_captures(tmp_path) -> None:
     assert e["receiver_bps"] == pytest.approx(8 * 2000 / 16.0)
     del analysis["lan_b"]
     assert end_to_end(tmp_path, analysis) is None
+
+
+def test_sequence_wrap_inside_the_transfer() -> None:
+    mod = 1 << 32
+    isn = mod - 1501  # the data crosses 2^32 after its first 1500 bytes
+    pk = [p(0.0, B, A, isn, 0, TH_SYN), p(0.6, A, B, 99, isn + 1, TH_SYN | TH_ACK),
+          p(0.6, B, A, isn + 1, 100, TH_ACK)]
+    for i in range(4):
+        pk.append(p(1.0 + i * 0.01, B, A, (isn + 1 + 1500 * i) % mod, 100, TH_ACK, 1500))
+    pk.append(p(1.7, A, B, 100, (isn + 1 + 6000) % mod, TH_ACK))
+    st = spoofing_throughput(pk, "10.0.0.254:22", "10.0.0.2:40000")
+    assert st is not None and st.complete and st.data_bytes == 6000

@@ -39,6 +39,9 @@ def test_one_window_at_the_same_absolute_time_for_every_vantage(tmp_path: Path) 
     shifted(GOLDEN, run / "captures" / "lan_b.pcap", 0.3)
     a = analyze_run(run)
     ga, gb = a["lan_a"]["graphs"], a["lan_b"]["graphs"]
+    # The RTT graph is drawn from the RTT of every ACK, stored beside the metrics.
+    csv = (run / "analysis" / "lan_a" / "rtt_every_ack.csv").read_text().splitlines()
+    assert len(csv) == 1 + a["lan_a"]["main"]["rtt"]["samples"] and ga["rtt"] == "rtt.png"
     assert ga["window_start"] == gb["window_start"]
     assert ga["window_start_s"] == gb["window_start_s"]
     origin = a["lan_a"]["main"]["first_packet"]

@@ -8,6 +8,9 @@ A CAPTURE may be xz-compressed (the stored fixtures under tests/data/xcheck/
 are: headers only, see tests/data/xcheck/README.md); its name is
 "<directory>/<vantage>" there, the file name otherwise.
 
+A capture without TCP (Saratoga) gets its biggest UDP flow instead: datagrams,
+payload bytes (udp.length - 8), first/last packet and rate_bps over that span.
+
 For each capture's main TCP connection (the stream with the most payload) and its
 data direction (the side that sent more payload):
 
@@ -65,7 +68,27 @@ def name_of(capture: Path) -> str:
     return capture.name
 
 
+def _udp_reference(capture: Path) -> dict[str, Any]:
+    """The biggest UDP flow (one direction) of a capture without TCP."""
+    rows = _tshark(capture, "udp", ["frame.time_epoch", "ip.src", "udp.srcport", "ip.dst",
+                                    "udp.dstport", "udp.length"])
+    flows: dict[tuple[str, ...], list[float]] = {}
+    for t, src, sport, dst, dport, length in rows:
+        f = flows.setdefault((src, sport, dst, dport), [0, 0, float(t), float(t)])
+        f[0] += 1
+        f[1] += int(length) - 8
+        f[2] = min(f[2], float(t))
+        f[3] = max(f[3], float(t))
+    key = max(flows, key=lambda k: flows[k][1])
+    n, nbytes, first, last = flows[key]
+    return {"udp_flow": f"{key[0]}:{key[1]} -> {key[2]}:{key[3]}", "datagrams": int(n),
+            "payload_bytes": int(nbytes), "first_packet": first, "last_packet": last,
+            "rate_bps": 8 * nbytes / (last - first) if last > first else None}
+
+
 def _reference(capture: Path) -> dict[str, Any]:
+    if not _tshark(capture, "tcp", ["frame.number"]):
+        return _udp_reference(capture)
     rows = _tshark(capture, "tcp", FIELDS)
     payload: dict[str, int] = {}
     for r in rows:

