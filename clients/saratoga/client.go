@@ -29,6 +29,10 @@ type ClientConfig struct {
 	// Linger is how long a get keeps answering the server after completion
 	// in case its final STATUS frames were lost.
 	Linger time.Duration
+	// RequestRetry is how long the client waits for an answer before it
+	// sends its REQUEST again (a lost REQUEST costs this much); 0 means 1 s,
+	// about two GEO round trips.
+	RequestRetry time.Duration
 	// Conn, if set, is used instead of a fresh UDP socket (tests wrap it to
 	// inject loss). The client sets a read deadline on it when done.
 	Conn net.PacketConn
@@ -41,6 +45,9 @@ func (c *ClientConfig) defaults() {
 	c.Frame = FrameFor(c.MTU, c.Frame)
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
+	}
+	if c.RequestRetry <= 0 {
+		c.RequestRetry = time.Second
 	}
 	if c.RateBPS <= 0 {
 		c.RateBPS = 8_000_000
@@ -162,7 +169,7 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 	rcv := newReceiver(receiverConfig{
 		Session: session, Descriptor: D64, Frame: cfg.Frame, Timeout: cfg.Timeout,
 		Linger: cfg.Linger,
-		Retry:  func() error { return cc.send(req) }, RetryEvery: time.Second,
+		Retry:  func() error { return cc.send(req) }, RetryEvery: cfg.RequestRetry,
 	}, f, cc.send, cc.in)
 	_, _, rcvErr := rcv.run(ctx)
 	// Completion time excludes the linger period.
@@ -228,7 +235,7 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 	defer cc.close()
 	cc.beacon()
 	start := time.Now()
-	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout); err != nil {
+	if err := awaitAcceptance(ctx, cc, req, cfg.Timeout, cfg.RequestRetry); err != nil {
 		return nil, describe("put", remote, err)
 	}
 	snd, err := newSender(senderConfig{Session: session, Descriptor: desc, RateBPS: cfg.RateBPS, Burst: cfg.Burst, Frame: cfg.Frame, Timeout: cfg.Timeout},
@@ -249,9 +256,9 @@ func Put(ctx context.Context, cfg ClientConfig, local, remote string) (*Summary,
 
 // awaitAcceptance sends a put REQUEST until the server answers with a
 // STATUS: success lets the transfer start, an error code ends it.
-func awaitAcceptance(ctx context.Context, cc *clientConn, req []byte, timeout time.Duration) error {
+func awaitAcceptance(ctx context.Context, cc *clientConn, req []byte, timeout, every time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	retry := time.NewTicker(time.Second)
+	retry := time.NewTicker(every)
 	defer retry.Stop()
 	if err := cc.send(req); err != nil {
 		return fmt.Errorf("send request: %w", err)

@@ -50,7 +50,11 @@ func TestEfficiency(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "o")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: cc}, "f", out)
+	// Every time constant scales with the RTT, the REQUEST's retry too (1 s
+	// at 600 ms): a lost REQUEST must cost the same share of the transfer.
+	retry := rtt * 5 / 3
+	sum, err := Get(ctx, ClientConfig{Server: ts.addr, Timeout: 10 * time.Second, Conn: cc, RequestRetry: retry},
+		"f", out)
 	if err != nil {
 		t.Fatal(err)
 	}
