@@ -75,6 +75,25 @@ func TestLoopbackConstantAndLong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A download the client completed at its last byte is completed at the
+	// server when the client's close arrives: wait for that, then stop it.
+	completed := map[uint64]bool{}
+	for _, r := range out.records(t) {
+		if r.Status == Completed {
+			completed[r.Flow] = true
+		}
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		done := 0
+		for _, r := range srvOut.records(t) {
+			if completed[r.Flow] && r.Status == Completed {
+				done++
+			}
+		}
+		if done == len(completed) {
+			break
+		}
+	}
 	stopServer()
 	if sum.MaxActive != 7 {
 		t.Errorf("max active %d, want 7 (2 long + 5 constant)", sum.MaxActive)
