@@ -53,7 +53,7 @@ def test_bad_topologies_are_refused_with_a_reason(mutate, message):
 
 
 def test_unknown_topology_names_the_known_ones():
-    with pytest.raises(SatbedError, match="known: globalhawk"):
+    with pytest.raises(SatbedError, match=r"known: .*\bglobalhawk\b"):
         topology.find("nosuch")
 
 
