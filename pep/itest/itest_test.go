@@ -384,6 +384,15 @@ func TestSplitTransferTwoPEPs(t *testing.T) {
 func TestReverseDirection(t *testing.T) {
 	needsBed(t)
 	b := newBed(t, testOpts, "pepd", "pepd")
+	reverseEcho(t, b)
+	waitStats(t, b.nodes[1], "split at PEP B (LAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
+	waitStats(t, b.nodes[0], "split at PEP A (WAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
+}
+
+// reverseEcho opens a connection from client B (the aircraft side) to an
+// echo server on client A and requires the message back.
+func reverseEcho(t *testing.T, b *bed) {
+	t.Helper()
 	var ln *net.TCPListener
 	if err := netns.Do(b.chain.ClientA, func() (err error) {
 		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrA), Port: 2222})
@@ -410,12 +419,11 @@ func TestReverseDirection(t *testing.T) {
 	msg := []byte("from the aircraft")
 	c.Write(msg)
 	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(c)
 	if err != nil || string(got) != string(msg) {
 		t.Fatalf("echo %q, %v", got, err)
 	}
-	waitStats(t, b.nodes[1], "split at PEP B (LAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
-	waitStats(t, b.nodes[0], "split at PEP A (WAN side)", func(s snapshot) bool { return s.ConnectionsSplit == 1 })
 }
 
 func TestHalfCloseTwoPEPs(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -194,37 +193,7 @@ func TestRateRefused(t *testing.T) {
 func TestRateReverse(t *testing.T) {
 	needsBed(t)
 	b := rateBed(t)
-	var ln *net.TCPListener
-	if err := netns.Do(b.chain.ClientA, func() (err error) {
-		ln, err = net.ListenTCP("tcp4", &net.TCPAddr{IP: net.ParseIP(netns.AddrA), Port: 2222})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			io.Copy(c, c)
-			c.Close()
-		}
-	}()
-	var c net.Conn
-	if err := netns.Do(b.chain.ClientB, func() (err error) {
-		c, err = net.DialTimeout("tcp4", netns.AddrA+":2222", 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	msg := []byte("from the aircraft")
-	c.Write(msg)
-	c.(*net.TCPConn).CloseWrite()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got, err := io.ReadAll(c)
-	if err != nil || string(got) != string(msg) {
-		t.Fatalf("echo %q, %v", got, err)
-	}
+	reverseEcho(t, b)
 	waitRate(t, b.nodes[1], "a stream opened at B", func(r rateStats) bool { return r.WanRate.StreamsOpened == 1 })
 }
 
