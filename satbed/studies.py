@@ -353,25 +353,14 @@ VARIANTS_001 = ("terrestrial", "satellite", "large-windows", "gateways")
 
 def _emulator_series(out: str, r: CellRow) -> list[tuple[float, float]]:
     """(t, bit/s) on the satellite link in the data's direction, per sample."""
-    cell = os.path.join(out, "cells", r.hash, "emulator")
-    path = os.path.join(cell, "emulator_timeseries.csv")
-    if not os.path.exists(path):
-        path = os.path.join(cell, "sat", "emulator_timeseries.csv")
-    if not os.path.exists(path):
-        return []
     # The server is on side a of the satellite emulator (topologies/split-gateways.yaml);
     # a download enters port a.
     direction = "a_to_b" if r.config.get("direction", "download") == "download" else "b_to_a"
-    # bytes_out is cumulative: the rate is its growth per sample interval.
-    series, last_t, last_b = [], 0.0, 0.0
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("direction") != direction:
-                continue
-            t, b = float(row["t_s"]), float(row["bytes_out"])
-            if t > last_t:
-                series.append((t, (b - last_b) * 8 / (t - last_t)))
-            last_t, last_b = t, b
+    series, last_t = [], 0.0
+    for s in _emulator_samples(os.path.join(out, "cells", r.hash), direction):
+        if s.t_s > last_t:
+            series.append((s.t_s, s.bytes_out * 8 / (s.t_s - last_t)))
+        last_t = s.t_s
     return series
 
 
@@ -533,7 +522,7 @@ def _emulator_samples(cell: str, direction: str) -> list[EmuSample]:
             keys = ("bytes_in", "bytes_out", "frames_out", "drop_ber", "drop_queue")
             now = {k: float(row.get(k) or 0) for k in keys}
             out.append(EmuSample(float(row["t_s"]), *(now[k] - prev.get(k, 0.0) for k in keys),
-                                 float(row["ber"] or 0)))
+                                 float(row.get("ber") or 0)))
             prev = now
     return out
 
