@@ -46,7 +46,10 @@ func (s *Server) accessConfig() access.Config {
 // function stops it once the pair has ended.
 func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 	o := s.cfg.Opts
-	if o.BufferPackets == 0 && !o.OutageDetect {
+	detect := o.BufferPackets > 0 || o.OutageDetect
+	// trace_interval alone measures what the connection holds (the spoofer's
+	// buffered bytes over time) without bounding it or watching for outages.
+	if !detect && o.TraceInterval == 0 {
 		return func() {}
 	}
 	lan, wan := a, b // SYN from the LAN port: the accepted socket faces the LAN
@@ -66,6 +69,9 @@ func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 				"reserving": x.Reserving, "wan_down": x.Down})
 		},
 		Outage: func(out access.Outage, started bool) {
+			if !detect {
+				return
+			}
 			rec := map[string]any{"id": id, "last_progress": unixSeconds(out.LastProgress),
 				"detected": unixSeconds(out.Detected), "detect_latency_s": out.Detected.Sub(out.LastProgress).Seconds()}
 			if started {
@@ -158,7 +164,7 @@ func (s *Server) accessStats(snap *stats.Snapshot) {
 		if e.acc.Reserving() {
 			snap.ConnectionsReserving++
 		}
-		if e.acc.Down() {
+		if e.acc.Down() && (cfg.Packets > 0 || s.cfg.Opts.OutageDetect) {
 			snap.ConnectionsWanDown++
 		}
 	}
