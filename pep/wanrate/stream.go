@@ -250,17 +250,23 @@ func (s *Stream) onDataLocked(f *Frame, now time.Time) {
 		s.cond.Broadcast()
 	}
 	if r.urgent {
-		s.sendStatusLocked(now)
+		s.sendStatusLocked(now, 0, 0)
 	}
 }
 
-func (s *Stream) sendStatusLocked(now time.Time) {
+// sendStatusLocked queues the receiver's state. flags may add FlagProbe
+// (the link was silent: see onStatusLocked); echo, when not 0, is the
+// TSVal of the peer's probe this status answers.
+func (s *Stream) sendStatusLocked(now time.Time, flags uint8, echo int64) {
 	r := &s.rcv
 	r.dirty, r.urgent, r.lastSt = false, false, now
 	r.advLimit = r.consumed + uint64(s.t.cfg.Window)
-	f := &Frame{Type: TStatus, Stream: s.k.id, Flags: initFlag(s.k), Ack: r.nxt, Limit: r.advLimit,
+	f := &Frame{Type: TStatus, Stream: s.k.id, Flags: initFlag(s.k) | flags, Ack: r.nxt, Limit: r.advLimit,
 		SACK: r.have.blocks(MaxSACK)}
-	if !r.tsAt.IsZero() {
+	switch {
+	case echo != 0:
+		f.TSEcr = echo
+	case !r.tsAt.IsZero():
 		f.TSEcr, f.EcrDelay = r.lastTS, int64(now.Sub(r.tsAt))
 	}
 	s.t.st.StatusSent++
@@ -334,6 +340,23 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 			t.ctl.resolved += wire(g)
 		}
 	}
+	if f.Flags&FlagProbe != 0 && f.TSEcr != 0 {
+		// A status from a silent link (a probe's answer, or the
+		// receiver's own report while probing): the peer had seen
+		// nothing newer than TSEcr for EcrDelay when it wrote this, so
+		// what was sent before TSEcr+EcrDelay and is not listed was lost
+		// (frames do not overtake each other): the tail of an outage,
+		// which RACK cannot see. A probe's answer holds nothing back
+		// (EcrDelay 0, exact); a report trims a margin for queueing.
+		margin := min(time.Duration(f.EcrDelay)/2, 4*t.rttvar+statusEvery)
+		cut := t.epoch.Add(time.Duration(f.TSEcr+f.EcrDelay) - margin)
+		for _, g := range sn.segs[:sn.next] {
+			if !g.sacked && !g.lost && g.sent.Before(cut) {
+				g.lost = true
+				sn.lostQ = append(sn.lostQ, g)
+			}
+		}
+	}
 	if sn.finAck {
 		s.maybeDoneLocked()
 	}
@@ -374,10 +397,16 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		s.queueOpenLocked(now)
 	}
 	sn := &s.snd
+	stalled := t.stall.on
 	// Timeout: a frame with no news after an RTO (a lost tail, or a
-	// status that never came) is sent again.
+	// status that never came) is sent again. Not while the link is
+	// stalled (the probes' answers say what to resend), and counted from
+	// the stall's end for frames sent before it.
 	for _, g := range sn.segs[:sn.next] {
-		if !g.sacked && !g.lost && now.Sub(g.sent) >= rto {
+		if stalled {
+			break
+		}
+		if !g.sacked && !g.lost && now.Sub(g.sent) >= rto && now.Sub(t.stall.ended) >= rto {
 			g.lost = true
 			sn.lostQ = append(sn.lostQ, g)
 			t.st.RTOMarks++
@@ -397,7 +426,7 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		r.dirty = true
 	}
 	if r.dirty && now.Sub(r.lastSt) >= statusEvery {
-		s.sendStatusLocked(now)
+		s.sendStatusLocked(now, 0, 0)
 	}
 	outstanding := len(sn.segs) > 0 || (r.finKnown && !r.finReady) || len(r.have.r) > 0
 	if !s.wasOutstanding {
@@ -406,7 +435,7 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		s.lastProgress = now
 	}
 	s.wasOutstanding = outstanding
-	if outstanding && now.Sub(s.lastProgress) > max(stallLimit, 20*rto) {
+	if outstanding && !stalled && now.Sub(s.lastProgress) > max(stallLimit, 20*rto) {
 		s.resetLocked("stalled", true)
 	}
 }
@@ -415,7 +444,7 @@ func (s *Stream) maybeDoneLocked() {
 	if s.snd.finAck && s.rcv.done && !s.reset {
 		if s.rcv.dirty {
 			// The peer's FIN is acknowledged now, not after its timeout.
-			s.sendStatusLocked(time.Now())
+			s.sendStatusLocked(time.Now(), 0, 0)
 		}
 		s.t.removeLocked(s, false)
 	}
