@@ -265,11 +265,6 @@ func Parse(s string) (Options, error) {
 	if o.AckReserve > 0 && o.BufferPackets == 0 {
 		return o, fmt.Errorf("option ack_reserve: needs buffer_packets (K is a fraction of the buffer of B packets)")
 	}
-	// The access-node buffer steers a TCP LAN socket relayed to a TCP WAN
-	// socket; the rate-based leg keeps its own window (wan_window).
-	if (o.BufferPackets > 0 || o.OutageDetect) && o.Wan == WanRate {
-		return o, fmt.Errorf("option buffer_packets/outage_detect: with wan=%s only (wan=rate bounds what it holds with wan_window)", WanTCP)
-	}
 	// One netlink socket owns a queue: worker processes cannot share it.
 	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {
 		return o, fmt.Errorf("option handshake=%s needs workers=1 (one process owns the SYN queue)", HandshakeEndToEnd)

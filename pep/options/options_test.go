@@ -60,13 +60,15 @@ func TestParse(t *testing.T) {
 				o.TraceInterval == 100*time.Millisecond && o.StallTimeout == 750*time.Millisecond
 		}},
 		{in: "outage_detect=1", check: func(o Options) bool { return o.OutageDetect && o.BufferPackets == 0 }},
+		{in: "buffer_packets=185 ack_reserve=0.88 wan=rate", check: func(o Options) bool {
+			return o.Wan == WanRate && o.BufferPackets == 185 && o.AckReserve == 0.88
+		}},
 		{in: "ack_reserve=0.5", wantErr: "option ack_reserve: needs buffer_packets"},
 		{in: "buffer_packets=100 ack_reserve=1", wantErr: "option ack_reserve: want 0 (off) or a fraction"},
 		{in: "buffer_packets=-3", wantErr: "option buffer_packets"},
 		{in: "wan_rto_max=500ms", wantErr: "option wan_rto_max: want 0 or 1s..120s"},
 		{in: "wan_rto_max=200", wantErr: "option wan_rto_max"},
 		{in: "trace_interval=1ms", wantErr: "option trace_interval"},
-		{in: "buffer_packets=100 wan=rate", wantErr: "option buffer_packets/outage_detect: with wan=tcp only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
