@@ -81,6 +81,7 @@ type Stats struct {
 	DataSent        int64   `json:"data_bytes_sent"`
 	DataRetransmit  int64   `json:"data_bytes_retransmitted"`
 	DataCopies      int64   `json:"data_bytes_copies"` // extra copies of retransmissions
+	DataSpare       int64   `json:"data_bytes_spare"`  // copies sent when the link would have idled
 	DataReceived    int64   `json:"data_bytes_received"`
 	DataDuplicate   int64   `json:"data_bytes_duplicate"`
 	StatusSent      int64   `json:"status_sent"`
@@ -405,17 +406,32 @@ func (t *Tunnel) dataPendingLocked() bool {
 			return true
 		}
 	}
+	now := time.Now()
+	for _, s := range t.order {
+		if s.spareSegLocked(now, t.srtt, false) != nil {
+			return true
+		}
+	}
 	return false
 }
 
 // nextDataLocked encodes the next data frame, round robin over streams.
 func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 	n := len(t.order)
-	for i := range n {
+	for i := range 2 * n {
 		s := t.order[(t.rr+i)%n]
-		if sg, dup := s.nextSegLocked(); sg != nil {
+		var sg *seg
+		var dup, spare bool
+		if i < n {
+			sg, dup = s.nextSegLocked()
+		} else if sg = s.spareSegLocked(now, t.srtt, true); sg != nil {
+			dup, spare = true, true
+		}
+		if sg != nil {
 			t.rr = (t.rr + i + 1) % n
 			switch {
+			case spare:
+				t.st.DataSpare += int64(len(sg.data))
 			case dup:
 				t.st.DataCopies += int64(len(sg.data))
 			case sg.sends > 0:
@@ -423,14 +439,17 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 			default:
 				t.st.DataSent += int64(len(sg.data))
 			}
-			// A copy keeps the send time of the repair it copies: loss
-			// detection takes a delivered frame's send time as the
-			// moment everything sent before it should have arrived, and
-			// the copy's later time marked frames still in flight lost.
+			// sent is the latest transmission, copies included: the
+			// frame is lost only when that one is (loss detection takes
+			// the time of what arrived from the receiver's echo, never
+			// from a resent frame's own record).
 			if !dup {
 				sg.sends++
-				sg.sent = now
+				sg.spare = false
+				s.snd.pruneRecent(now, t.srtt)
+				s.snd.recent = append(s.snd.recent, sg)
 			}
+			sg.sent = now
 			sg.lost = false
 			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}
 			if s.k.mine {

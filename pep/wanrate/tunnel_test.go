@@ -241,6 +241,7 @@ func TestTransfer(t *testing.T) {
 				t.Fatal("relay did not finish")
 			}
 			st := pr.a.Snapshot()
+			t.Logf("A sent %d data bytes, resent %d, copies %d, RTO marks %d", st.DataSent, st.DataRetransmit, st.DataCopies, st.RTOMarks)
 			if tc.corrupt > 0 && pr.b.Snapshot().FramesBad+st.FramesBad == 0 {
 				t.Error("corrupted frames were not counted as bad")
 			}
