@@ -26,14 +26,24 @@ const readBatch = 16
 // small against any satellite RTT.
 const readCoalesce = 16 * time.Millisecond
 
-// batchIO returns the batching view of c, or nil if c cannot batch.
-// ipv4.PacketConn's batch calls only wrap recvmmsg/sendmmsg, so they work
-// on IPv6 sockets too.
-func batchIO(c net.PacketConn) *ipv4.PacketConn {
-	if _, ok := c.(*net.UDPConn); !ok {
-		return nil
+// batchConn moves several datagrams per system call (recvmmsg/sendmmsg).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// batchIO returns the batching view of c, or nil if c cannot batch: a
+// socket from ListenUDP batches itself, a *net.UDPConn through
+// ipv4.PacketConn (whose batch calls only wrap recvmmsg/sendmmsg, so they
+// work on IPv6 sockets too).
+func batchIO(c net.PacketConn) batchConn {
+	switch c := c.(type) {
+	case batchConn:
+		return c
+	case *net.UDPConn:
+		return ipv4.NewPacketConn(c)
 	}
-	return ipv4.NewPacketConn(c)
+	return nil
 }
 
 // A run of frames of one size goes to the kernel as one datagram with a
@@ -50,7 +60,7 @@ const (
 // batchSender writes groups of frames to one peer.
 type batchSender struct {
 	conn net.PacketConn
-	pc   *ipv4.PacketConn
+	pc   batchConn
 	addr net.Addr
 	msgs []ipv4.Message
 	oob  []byte

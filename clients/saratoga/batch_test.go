@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/net/ipv4"
 )
 
 func TestGSORuns(t *testing.T) {
@@ -52,34 +54,88 @@ func TestGSORuns(t *testing.T) {
 // UDP socket and checks that the peer receives exactly those datagrams, in
 // order, whether or not the kernel took the segmented path.
 func TestSendBatchFrames(t *testing.T) {
-	rx, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for name, listen := range map[string]func(string, string) (net.PacketConn, error){
+		"net.ListenPacket": net.ListenPacket, "ListenUDP": ListenUDP,
+	} {
+		t.Run(name, func(t *testing.T) {
+			rx, err := listen("udp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rx.Close()
+			SetSocketBuffers(rx, 1<<20)
+			tx, err := listen("udp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			var frames [][]byte
+			for i, n := range []int{96, 1424, 1424, 1440, 1424, 1424, 1424, 700, 1440, 1440} {
+				frames = append(frames, bytes.Repeat([]byte{byte(i + 1)}, n))
+			}
+			b := newBatchSender(tx, rx.LocalAddr())
+			b.sendBatch(frames)
+			msgs := make([]ipv4.Message, 4)
+			for i := range msgs {
+				msgs[i].Buffers = [][]byte{make([]byte, maxDatagram)}
+			}
+			got := 0
+			for got < len(frames) {
+				n, err := batchIO(rx).ReadBatch(msgs, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range msgs[:n] {
+					want := frames[got]
+					if b := m.Buffers[0][:m.N]; !bytes.Equal(b, want) {
+						t.Fatalf("datagram %d: %d bytes of %d, want %d bytes of %d", got, len(b), b[0], len(want), want[0])
+					}
+					if m.Addr.String() != tx.LocalAddr().String() {
+						t.Errorf("from %v, want %v", m.Addr, tx.LocalAddr())
+					}
+					got++
+				}
+			}
+			t.Logf("segmentation offload used: %v", gsoSupported && !b.gsoOff.Load())
+		})
 	}
-	defer rx.Close()
-	SetSocketBuffers(rx, 1<<20)
-	tx, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestListenUDPWakesReaders: a reader blocked on an empty socket returns
+// when the socket is closed or its read deadline is set to now.
+func TestListenUDPWakesReaders(t *testing.T) {
+	for _, stop := range []string{"close", "deadline"} {
+		t.Run(stop, func(t *testing.T) {
+			c, err := ListenUDP("udp4", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := c.ReadFrom(make([]byte, 100))
+				done <- err
+			}()
+			time.Sleep(50 * time.Millisecond) // let it block (it returns either way)
+			if stop == "close" {
+				err = c.Close()
+			} else {
+				err = c.SetReadDeadline(time.Now())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("read returned no error")
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("reader not woken")
+			}
+			if _, _, err := c.ReadFrom(make([]byte, 100)); err == nil {
+				t.Error("a later read succeeded")
+			}
+		})
 	}
-	defer tx.Close()
-	var frames [][]byte
-	for i, n := range []int{96, 1424, 1424, 1440, 1424, 1424, 1424, 700, 1440, 1440} {
-		f := bytes.Repeat([]byte{byte(i + 1)}, n)
-		frames = append(frames, f)
-	}
-	b := newBatchSender(tx, rx.LocalAddr())
-	b.sendBatch(frames)
-	buf := make([]byte, maxDatagram)
-	for i, want := range frames {
-		_ = rx.SetReadDeadline(time.Now().Add(10 * time.Second))
-		n, _, err := rx.ReadFrom(buf)
-		if err != nil {
-			t.Fatalf("frame %d: %v", i, err)
-		}
-		if !bytes.Equal(buf[:n], want) {
-			t.Fatalf("datagram %d: %d bytes of %d, want %d bytes of %d", i, n, buf[0], len(want), want[0])
-		}
-	}
-	t.Logf("segmentation offload used: %v", gsoSupported && !b.gsoOff.Load())
 }
