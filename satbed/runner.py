@@ -291,9 +291,15 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
             result["schedule_clock_wall_s"] = time.time()
         # The machine's load when the measurement starts (1, 5, 15 min): figures from a loaded box say so.
         result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+        cpu_before = environment.CpuTimes.read()
         # A dead PEP or emulator is named, not the client it stranded.
         with watch.guarded(pep_list, list(emus.values())):
             result.update(client.run(ctx))
+        cpu_after = environment.CpuTimes.read()
+        if cpu_before and cpu_after:
+            # The whole machine's CPU during the measurement, steal included:
+            # a virtual machine's stolen time shows as emulator lateness.
+            result["host_cpu"] = cpu_after.since(cpu_before)
         env["offloads"] = tb.offload_state()
         env["tcp_congestion_control"] = tb.tcp_cc
     except BaseException as e:  # recorded, then re-raised after teardown

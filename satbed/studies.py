@@ -639,6 +639,27 @@ def _generator_summary(cell: str) -> dict:
     return {"flows": flows, "peak_active": peak, "cpu_share": cpu}
 
 
+def _emulator_timing(cell: str) -> dict:
+    """The emulator's worst departure lateness (either direction) and the
+    host's CPU steal during the measurement, from result.json."""
+    import json
+    try:
+        with open(os.path.join(cell, "result.json"), encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    dirs = (((result.get("emulator") or {}).get("stats") or {}).get("totals") or {}).get("directions") or {}
+    out: dict = {}
+    for key in ("tx_late_p99_us", "tx_late_max_us"):
+        vals = [float(d[key]) for d in dirs.values() if isinstance(d, dict) and key in d]
+        if vals:
+            out[key] = max(vals)
+    steal = (result.get("host_cpu") or {}).get("steal_fraction")
+    if steal is not None:
+        out["steal_fraction"] = float(steal)
+    return out
+
+
 def _router_drops(cell: str, node: str, port: str, t0: float) -> list[tuple[float, float]]:
     """(satemu time, drops in that sample) at a router port's queue."""
     import json
@@ -681,6 +702,7 @@ def multiflow_tables(out: str, rows: list[CellRow]) -> dict:
         for dec, bps in _uplink_flows(cell, samples, t0):
             entry["flows"][dec].append(bps)
         entry["gen"].append(_generator_summary(cell))
+        entry.setdefault("timing", []).append(_emulator_timing(cell))
         entry["cells"].append((cell, t0, samples))
     return tab
 
@@ -811,14 +833,22 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         gen = e["gen"]
         row += [str(max(g["peak_active"] for g in gen)), str(sum(g["flows"] for g in gen)),
                 _fmt(max(g["cpu_share"] for g in gen), 2)]
+        timing = e.get("timing") or []
+        for key, scale, nd in (("tx_late_p99_us", 1e-3, 1), ("tx_late_max_us", 1e-3, 0), ("steal_fraction", 100, 0)):
+            vals = [t[key] for t in timing if key in t]
+            row.append(_fmt(max(vals) * scale, nd) if vals else "")
         body.append(row)
     parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class (clean: the recovery "
                  "after the pass), its degradation (%) from the error-free class 1e-9 to 1e-5 and to the "
                  "noisiest class, median connection throughput "
-                 "(kbit/s), peak concurrent flows, flows started, and the generator's CPU (cores, both "
-                 "ends).</p>" + _table(
+                 "(kbit/s), peak concurrent flows, flows started, the generator's CPU (cores, both "
+                 "ends), and whether the emulator kept time: its departure lateness p99 and maximum "
+                 "(ms, worst direction and cell; a T1 frame lasts 7.8 ms) beside the host's CPU steal "
+                 "during the run (%: time a virtual machine's hypervisor gave to others, which delays "
+                 "every wake-up).</p>" + _table(
                      ["queue", "load /s", "PEP", *DECADES, "degr. 1e-5", "degr. worst",
-                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU"], body))
+                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU",
+                      "late p99 ms", "late max ms", "steal %"], body))
     return parts
 
 

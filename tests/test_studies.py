@@ -140,6 +140,11 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
                                 "goodput_bps": 100e3}) + "\n")
         f.write(json.dumps({"record": "summary", "side": "client", "flows": 2, "max_active": 300,
                             "cpu_share": 0.01}) + "\n")
+    with open(os.path.join(cell, "result.json"), "w") as f:
+        dirs = {"a_to_b": {"tx_late_p99_us": 9335, "tx_late_max_us": 205502},
+                "b_to_a": {"tx_late_p99_us": 10000, "tx_late_max_us": 60417}}
+        json.dump({"emulator": {"stats": {"totals": {"directions": dirs}}},
+                   "host_cpu": {"busy_fraction": 0.3, "steal_fraction": 0.2512}}, f)
     with open(os.path.join(cell, "counters", "interfaces.jsonl"), "w") as f:
         for t, dropped in ((t0 + 10, 0), (t0 + 30, 7)):
             f.write(json.dumps({"unix": t, "node": "rOU", "port": "sat", "dropped": dropped}) + "\n")
@@ -161,6 +166,8 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     assert none["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}
     drops = studies._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
     assert drops == [(10.0, 0.0), (30.0, 7.0)]
+    # The emulator's timing: the worst direction's lateness and the host's steal.
+    assert none["timing"] == [{"tx_late_p99_us": 10000, "tx_late_max_us": 205502, "steal_fraction": 0.2512}]
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
@@ -168,6 +175,7 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     for fig in ("seed004_utilisation_cdf", "seed004_flow_throughput_cdf", "seed004_over_time"):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
+    assert "<td>10.0</td><td>206</td><td>25</td>" in page   # late p99 ms, late max ms, steal %
 
 
 def test_a_link_sends_what_enters_it_less_its_own_queue_drops():
