@@ -74,6 +74,36 @@ def test_spoofing_page_draws_the_four_figures(tmp_path):
         assert os.path.getsize(os.path.join(out, "charts", f"{name}.png")) > 5000
     assert "Where this departs from the study" in page
     assert "id='chart1'" not in page       # the Global Hawk charts are not this study's
+    assert "id='seed000_spoofer_buffer'" not in page     # no buffer trace stored
+
+
+def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
+    import json
+    out = str(tmp_path)
+    rows = [_spoof_row(i, 144800, flows, spoofed, 0)
+            for i, (flows, spoofed) in enumerate((f, sp) for f in (0, 10) for sp in (False, True))]
+    for r in rows:
+        if r.params["pep"] == "none":
+            continue
+        d = os.path.join(out, "cells", r.hash, "pep", "h2")
+        os.makedirs(d)
+        with open(os.path.join(d, "buffer.jsonl"), "w") as f:
+            # pepd's trace: one line per connection per interval (the control connection holds nothing).
+            for i in range(30):
+                t = 1000.0 + i / 10
+                f.write(json.dumps({"t": t, "id": 1, "occupancy_bytes": 0}) + "\n")
+                f.write(json.dumps({"t": t + 0.003, "id": 2, "occupancy_bytes": 1000 * min(i, 30 - i)}) + "\n")
+    series = studies._spoofer_buffer(out, rows[1])
+    assert series[0] == (0.0, 0.0) and len(series) == 30
+    assert max(b for _, b in series) == 15000
+    tab = studies.spoofing_tables(rows, out)
+    assert tab[(144800, 10)]["buffer_peak"][0] == 15000 and tab[(144800, 10)]["buffer_peak"][2] == 1
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for r in rows:
+            s.put(r)
+    page = open(charts.build(out)).read()
+    assert "id='seed000_spoofer_buffer'" in page and "spoofer peak KB" in page
+    assert os.path.getsize(os.path.join(out, "charts", "seed000_spoofer_buffer.png")) > 5000
 
 
 def _split_row(out: str, n: int, variant: str, kbps: float, seconds: float) -> CellRow:

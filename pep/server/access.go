@@ -49,7 +49,10 @@ func (s *Server) accessConfig() access.Config {
 // function stops it once the pair has ended.
 func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 	o := s.cfg.Opts
-	if o.BufferPackets == 0 && !o.OutageDetect {
+	detect := o.BufferPackets > 0 || o.OutageDetect
+	// trace_interval alone measures what the connection holds (the spoofer's
+	// buffered bytes over time) without bounding it or watching for outages.
+	if !detect && o.TraceInterval == 0 {
 		return func() {}
 	}
 	lan, wan := a, b // SYN from the LAN port: the accepted socket faces the LAN
@@ -130,6 +133,8 @@ const rateIDBase = 1 << 40
 // accessHooks write connection id's buffer samples and outages to the
 // state directory.
 func (s *Server) accessHooks(id uint64) access.Hooks {
+	// trace_interval alone: samples, no outages.
+	detect := s.cfg.Opts.BufferPackets > 0 || s.cfg.Opts.OutageDetect
 	return access.Hooks{
 		Sample: func(x access.Sample) {
 			s.appendLine(TraceFile, map[string]any{"t": unixSeconds(x.Time), "id": id,
@@ -137,6 +142,9 @@ func (s *Server) accessHooks(id uint64) access.Hooks {
 				"reserving": x.Reserving, "wan_down": x.Down})
 		},
 		Outage: func(out access.Outage, started bool) {
+			if !detect {
+				return
+			}
 			rec := map[string]any{"id": id, "last_progress": unixSeconds(out.LastProgress),
 				"detected": unixSeconds(out.Detected), "detect_latency_s": out.Detected.Sub(out.LastProgress).Seconds()}
 			if started {
@@ -224,7 +232,7 @@ func (s *Server) accessStats(snap *stats.Snapshot) {
 		if ac.Reserving() {
 			snap.ConnectionsReserving++
 		}
-		if ac.Down() {
+		if ac.Down() && (cfg.Packets > 0 || s.cfg.Opts.OutageDetect) {
 			snap.ConnectionsWanDown++
 		}
 	}
