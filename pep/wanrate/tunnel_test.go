@@ -103,6 +103,10 @@ type pair struct {
 }
 
 func newPair(t *testing.T, loss, corrupt float64, delay time.Duration, rate int64, window int, adapt bool) *pair {
+	return newPairFrame(t, loss, corrupt, delay, rate, window, adapt, 0)
+}
+
+func newPairFrame(t *testing.T, loss, corrupt float64, delay time.Duration, rate int64, window int, adapt bool, frame int) *pair {
 	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), loss: loss, corrupt: corrupt, delay: delay}
 	la, lb := memPair(p)
 	lg := log.New(io.Discard, "", 0)
@@ -117,7 +121,7 @@ func newPair(t *testing.T, loss, corrupt float64, delay time.Duration, rate int6
 		}
 		s.Relay(c)
 	}
-	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg}
+	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg, FrameBytes: frame}
 	pr := &pair{a: New(la, cfg), b: New(lb, cfg), params: p}
 	t.Cleanup(func() { pr.a.Close(); pr.b.Close() })
 	if !pr.a.WaitPeer(5*time.Second) || !pr.b.WaitPeer(5*time.Second) {
@@ -190,15 +194,17 @@ func TestTransfer(t *testing.T) {
 		delay         time.Duration
 		up, down      int
 		window        int
+		frame         int
 	}{
-		{"clean", 0, 0, 10 * time.Millisecond, 2 << 20, 1 << 20, 0},
-		{"loss 11%", 0.11, 0, 20 * time.Millisecond, 2 << 20, 512 << 10, 0},
-		{"loss 30% + corruption", 0.3, 0.05, 5 * time.Millisecond, 1 << 20, 1 << 20, 0},
-		{"small window", 0.05, 0, 10 * time.Millisecond, 1 << 20, 256 << 10, 64 << 10},
-		{"empty both ways", 0.2, 0, 5 * time.Millisecond, 0, 0, 0},
+		{"clean", 0, 0, 10 * time.Millisecond, 2 << 20, 1 << 20, 0, 0},
+		{"loss 11%", 0.11, 0, 20 * time.Millisecond, 2 << 20, 512 << 10, 0, 0},
+		{"loss 30% + corruption", 0.3, 0.05, 5 * time.Millisecond, 1 << 20, 1 << 20, 0, 0},
+		{"small window", 0.05, 0, 10 * time.Millisecond, 1 << 20, 256 << 10, 64 << 10, 0},
+		{"empty both ways", 0.2, 0, 5 * time.Millisecond, 0, 0, 0, 0},
+		{"small frames", 0.06, 0, 10 * time.Millisecond, 1 << 20, 1 << 20, 0, 768},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pr := newPair(t, tc.loss, tc.corrupt, tc.delay, 100_000_000, tc.window, false)
+			pr := newPairFrame(t, tc.loss, tc.corrupt, tc.delay, 100_000_000, tc.window, false, tc.frame)
 			up, down := randBytes(tc.up, 1), randBytes(tc.down, 2)
 			gotUp := make(chan []byte, 1)
 			dst := server(t, func(c *net.TCPConn) {
@@ -241,6 +247,7 @@ func TestTransfer(t *testing.T) {
 				t.Fatal("relay did not finish")
 			}
 			st := pr.a.Snapshot()
+			t.Logf("A sent %d data bytes, resent %d, copies %d, RTO marks %d", st.DataSent, st.DataRetransmit, st.DataCopies, st.RTOMarks)
 			if tc.corrupt > 0 && pr.b.Snapshot().FramesBad+st.FramesBad == 0 {
 				t.Error("corrupted frames were not counted as bad")
 			}
@@ -531,4 +538,99 @@ func (s *shapedLink) Send(frame []byte, to HWAddr) error {
 	case <-s.done:
 	}
 	return nil
+}
+
+// TestOutage: the link drops everything for a while in the middle of a
+// transfer both ways. The streams survive (the silence is far below the
+// give-up time), no data leaves while the link is known to be silent
+// (probes do), and everything arrives intact once it returns.
+func TestOutage(t *testing.T) {
+	pr := newPair(t, 0.01, 0, 10*time.Millisecond, 20_000_000, 0, false)
+	up, down := randBytes(6<<20, 5), randBytes(6<<20, 6)
+	gotUp := make(chan []byte, 1)
+	dst := server(t, func(c *net.TCPConn) {
+		defer c.Close()
+		go func() {
+			c.Write(down)
+			c.CloseWrite()
+		}()
+		b, _ := io.ReadAll(c)
+		gotUp <- b
+	})
+	client, result := pr.split(t, dst)
+	defer client.Close()
+	go func() {
+		client.Write(up)
+		client.CloseWrite()
+	}()
+	gotDown := make(chan []byte, 1)
+	go func() {
+		client.SetReadDeadline(time.Now().Add(60 * time.Second))
+		b, _ := io.ReadAll(client)
+		gotDown <- b
+	}()
+	time.Sleep(300 * time.Millisecond)
+	pr.params.cut.Store(true)
+	cutAt := time.Now()
+	for _, tn := range []*Tunnel{pr.a, pr.b} {
+		waitSnap(t, tn, "a stall", func(s Stats) bool { return s.Stalled })
+	}
+	sent := func() int64 {
+		a, b := pr.a.Snapshot(), pr.b.Snapshot()
+		return a.DataSent + a.DataRetransmit + a.DataCopies + b.DataSent + b.DataRetransmit + b.DataCopies
+	}
+	before, probes := sent(), pr.a.Snapshot().ProbesSent
+	time.Sleep(500 * time.Millisecond)
+	if d := sent() - before; d != 0 {
+		t.Errorf("%d data bytes sent into the silent link", d)
+	}
+	if pr.a.Snapshot().ProbesSent == probes {
+		t.Error("no probe sent while stalled")
+	}
+	time.Sleep(time.Until(cutAt.Add(2 * time.Second)))
+	pr.params.cut.Store(false)
+	if b := <-gotDown; !bytes.Equal(b, down) {
+		t.Fatalf("download: %d bytes, want %d, contents differ", len(b), len(down))
+	}
+	if b := <-gotUp; !bytes.Equal(b, up) {
+		t.Fatalf("upload: %d bytes, want %d, contents differ", len(b), len(up))
+	}
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q, want closed", r)
+	}
+	for _, tn := range []*Tunnel{pr.a, pr.b} {
+		s := tn.Snapshot()
+		t.Logf("stalls %d, last silence %.2f s (detected after %.2f s), %d probes, %d bytes resent",
+			s.Stalls, s.LastStallS, s.LastDetectS, s.ProbesSent, s.DataRetransmit)
+		if s.Stalled || s.Stalls == 0 || !s.PeerUp {
+			t.Errorf("after the outage: %+v", s)
+		}
+	}
+}
+
+func waitSnap(t *testing.T, tn *Tunnel, what string, ok func(Stats) bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if ok(tn.Snapshot()) {
+			return
+		}
+	}
+	t.Fatalf("never saw %s: %+v", what, tn.Snapshot())
+}
+
+func TestFrameForBER(t *testing.T) {
+	for _, tc := range []struct {
+		ber    float64
+		lo, hi int
+	}{
+		{0, 1500, 1500},
+		{1e-7, 1500, 1500},
+		{1e-6, 1500, 1500},
+		{1e-5, 700, 850},
+		{1e-4, 256, 300},
+	} {
+		if got := FrameForBER(tc.ber, 1500, 14); got < tc.lo || got > tc.hi {
+			t.Errorf("BER %g: frame %d bytes, want %d..%d", tc.ber, got, tc.lo, tc.hi)
+		}
+	}
 }
