@@ -6,8 +6,10 @@ Per run (run_metrics):
   period/down/offset from config.json, counted from the schedules' start
   (result.json schedule_clock_wall_s);
 - the source's sending rate from the LAN capture at the source (lan_a):
-  new data only (sequence numbers beyond the highest sent so far), in
-  100 ms bins;
+  every data segment of the main flow, retransmissions included (without
+  a PEP the source's first work after an outage is resending what the
+  outage lost, which is the link in use; a split PEP's source never
+  resends), in 100 ms bins;
 - recovery time after each outage: from link-up to the first instant from
   which the source sends at least RECOVERED of the link's payload rate
   over the next WINDOW_S (the study's "TCP source woken up");
@@ -125,8 +127,9 @@ def schedule(run: Path, config: dict, result: dict) -> Schedule | None:
     return None
 
 
-def _data_flow(path: Path, sender_ip: str) -> list[tuple[float, int]]:
-    """(time, new payload bytes) of the largest TCP flow sent by sender_ip."""
+def _data_flow(path: Path, sender_ip: str, new_only: bool = True) -> list[tuple[float, int]]:
+    """(time, payload bytes) of the largest TCP flow sent by sender_ip: new
+    data only (beyond the highest sequence so far), or every segment."""
     summary = read_tcp(path)
     flows: dict[tuple, list] = {}
     for p in summary.packets:
@@ -135,6 +138,8 @@ def _data_flow(path: Path, sender_ip: str) -> list[tuple[float, int]]:
     if not flows:
         return []
     pkts = max(flows.values(), key=lambda ps: sum(p.payload for p in ps))
+    if not new_only:
+        return [(p.ts, p.payload) for p in pkts]
     out = []
     top: int | None = None
     base = pkts[0].seq
@@ -157,7 +162,10 @@ def _bins(events: list[tuple[float, int]], start: float, stop: float) -> list[fl
 
 
 def recovery_time(bins: list[float], start: float, up: float, until: float, rate: float) -> float | None:
-    """Seconds from up until the source first sends RECOVERED x rate over WINDOW_S."""
+    """Seconds from up until the source first sends RECOVERED x rate over
+    WINDOW_S: the start of the first such window, from the bin holding up
+    on (the source sends nothing while the link is down, so a window
+    reaching back before up does not credit it early)."""
     w = int(round(WINDOW_S / BIN_S))
     i = max(int((up - start) / BIN_S), 0)
     last = min(int((until - start) / BIN_S), len(bins)) - w
@@ -174,15 +182,18 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
     config = _load(run / "config.json")
     result = _load(run / "result.json")
     cfg = config.get("config", config)
-    placement = (cfg.get("peps") or {})
-    node, pl = next(iter(placement.items()), ("", {}))
+    node, pl = _access_node(cfg)
     pep = pl.get("name", cfg.get("pep", "none")) if isinstance(pl, dict) else str(pl)
     options = pl.get("options", "") if isinstance(pl, dict) else ""
     opts = dict(w.split("=", 1) for w in options.split() if "=" in w)
     bp = int(opts["buffer_packets"]) if "buffer_packets" in opts else None
     k = float(opts["ack_reserve"]) if "ack_reserve" in opts else None
-    label = pep if pep == "none" else " ".join(w for w in options.split() if not w.startswith("trace_interval"))
-    m = RunMetrics(run=run.name, label=f"{pep} {label}".strip() if pep != "none" else "none", pep=pep,
+    label = "none" if pep == "none" else f"{pep} " + " ".join(
+        w for w in options.split() if not w.startswith(("trace_interval", "outage_detect")))
+    src_profile = (cfg.get("profiles") or {}).get("src", "")
+    if src_profile and src_profile != "reno-sack-1500":
+        label += f" (source: {src_profile})"
+    m = RunMetrics(run=run.name, label=label.strip(), pep=pep,
                    options=options, buffer_packets=bp, ack_reserve=k, integrity=str(result.get("integrity", "")),
                    loadavg=result.get("loadavg"))
     sched = schedule(run, cfg, result)
@@ -193,7 +204,7 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
     dst = "10.99.15.254"
     try:
         topo = cfg.get("endpoints") or []
-        sent = _data_flow(run / "captures" / "lan_a.pcap", src)
+        sent = _data_flow(run / "captures" / "lan_a.pcap", src, new_only=False)
         got = _data_flow(run / "captures" / "lan_b.pcap", src)
     except (OSError, PcapError) as e:
         m.error = f"captures: {e}"
@@ -242,6 +253,15 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
     return m
 
 
+def _access_node(cfg: dict) -> tuple[str, Any]:
+    """The access node's PEP placement: `acc` (the far end's `far` is a
+    plain bridge or the wan=rate peer), else the first one."""
+    placement = cfg.get("peps") or {}
+    if "acc" in placement:
+        return "acc", placement["acc"]
+    return next(iter(placement.items()), ("", {}))
+
+
 def _main_connection(samples: list[dict]) -> Any:
     """The connection id that held the most in the buffer trace (the main
     flow, not the tool's control connection or the split proof's)."""
@@ -260,14 +280,14 @@ def traces(run_dir: str | Path) -> dict:
     sched = schedule(run, cfg, result)
     t0 = sched.clock if sched else 0.0
     cw = [(s["t"] - t0, s.get("cwnd"), s.get("ssthresh")) for s in _jsonl(run / "cwnd.jsonl") if s.get("cwnd")]
-    node = next(iter(cfg.get("peps") or {}), "")
+    node, _ = _access_node(cfg)
     samples = _jsonl(run / "pep" / node / "buffer.jsonl") if node else []
     main = _main_connection(samples)
     buf = [(s["t"] - t0, s["occupancy_bytes"] / SEGMENT, s.get("reserving", False))
            for s in samples if s.get("id") == main]
     rate: list[tuple[float, float]] = []
     try:
-        sent = _data_flow(run / "captures" / "lan_a.pcap", "10.99.15.2")
+        sent = _data_flow(run / "captures" / "lan_a.pcap", "10.99.15.2", new_only=False)
         if sent and sched:
             b = _bins(sent, t0, max(t for t, _ in sent))
             rate = [(i * BIN_S, v / BIN_S / SEGMENT) for i, v in enumerate(b)]
@@ -305,6 +325,61 @@ def _figure(run_dir: Path, title: str, window: tuple[float, float] = (0.0, 60.0)
     fig.suptitle(title)
     fig.tight_layout()
     return "data:image/png;base64," + base64.b64encode(png(fig)).decode()
+
+
+def _leg(m: RunMetrics) -> str:
+    return "rate" if "wan=rate" in m.options else "tcp"
+
+
+def _throughput_figure(rows: list[RunMetrics]) -> str | None:
+    """Throughput against K per B and WAN leg (the study's Figure 8 in
+    kind; K = 1 is no reservation), as a data: URI PNG; None without pepd runs."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from satbed.charts import png
+    series: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for m in rows:
+        if m.pep == "none" or m.buffer_packets is None or m.throughput_fraction is None:
+            continue
+        if _leg(m) == "tcp" and "wan_rto_max" not in m.options:
+            continue  # the uncapped row is another configuration, not a K = 1 point
+        series.setdefault((_leg(m), m.buffer_packets), []).append((m.ack_reserve or 1.0, m.throughput_fraction))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (leg, b), pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o" if leg == "tcp" else "s",
+                ls="-" if leg == "tcp" else "--", label=f"B={b} ({'TCP' if leg == 'tcp' else 'wan=rate'} leg)")
+    none = [m.throughput_fraction for m in rows if m.pep == "none" and m.throughput_fraction is not None]
+    if none:
+        ax.axhline(none[0], color="0.5", ls=":", label="no PEP")
+    ax.axhline(0.75, color="k", lw=0.8, label="limit 0.75")
+    ax.set_xlabel("ACK-reservation threshold K (1: none)")
+    ax.set_ylabel("throughput / link rate")
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return "data:image/png;base64," + base64.b64encode(png(fig)).decode()
+
+
+def _trace_choice(rows: list[RunMetrics], runs: list[Path]) -> list[tuple[RunMetrics, Path]]:
+    """The runs whose traces the page draws: no PEP and pepd without
+    reservation (Figure 3), with it (Figure 7), on each WAN leg, at the
+    study's optimum B=185, K=0.88 where present."""
+    ok = [(m, r) for m, r in zip(rows, runs) if not m.error]
+    wanted = [
+        lambda m: m.pep == "none" and "source" not in m.label,
+        lambda m: _leg(m) == "tcp" and m.buffer_packets == 185 and m.ack_reserve is None and "wan_rto_max" in m.options,
+        lambda m: _leg(m) == "tcp" and m.buffer_packets == 185 and m.ack_reserve == 0.88,
+        lambda m: _leg(m) == "rate" and m.buffer_packets == 185 and m.ack_reserve == 0.88,
+    ]
+    chosen = []
+    for want in wanted:
+        hit = next(((m, r) for m, r in ok if want(m) and (m, r) not in chosen), None)
+        if hit:
+            chosen.append(hit)
+    return chosen or ok[:4]
 
 
 def find_runs(matrix_dir: str | Path) -> list[Path]:
@@ -351,24 +426,27 @@ def study_page(matrix_dir: str | Path) -> Path | None:
              "<table><tr><th>configuration</th><th>recovery per outage (s)</th><th>throughput / link</th>"
              "<th>cycles</th><th>goodput / link (whole transfer)</th><th>detection (s)</th><th>WAN back (s)</th>"
              "<th>buffer max (pkts)</th><th>SHA-256</th><th>load avg</th></tr>"]
-    for m in sorted(rows, key=lambda m: (m.pep != "none", m.buffer_packets or 0, m.ack_reserve or 0, m.label)):
+    for m in sorted(rows, key=lambda m: (m.pep != "none", "wan=rate" in m.options, m.buffer_packets or 0,
+                                         m.ack_reserve or 0, m.label)):
         parts.append(f"<tr><td>{_f(m.label)}{(' <i>' + html.escape(m.error) + '</i>') if m.error else ''}</td>"
                      f"<td>{_f(m.recovery_s, 1)}</td><td>{_f(m.throughput_fraction, 3)}</td><td>{m.cycles}</td>"
                      f"<td>{_f(m.goodput_fraction, 3)}</td><td>{_f(m.detect_latency_s, 2)}</td>"
                      f"<td>{_f(m.wan_recovered_after_s, 2)}</td><td>{_f(m.buffer_high_packets, 0)}</td>"
                      f"<td>{_f(m.integrity)}</td><td>{_f(m.loadavg, 1)}</td></tr>")
     parts.append("</table>")
-    shown = 0
-    for m, r in zip(rows, runs):
-        if m.error or shown >= 4:
-            continue
+    try:
+        uri = _throughput_figure(rows)
+        if uri:
+            parts.append(f"<h3>Throughput against K per B (Figure 8 in kind)</h3><img src='{uri}' width=700>")
+    except Exception as e:  # a figure that cannot be drawn must not lose the table
+        parts.append(f"<p>no throughput figure ({html.escape(str(e))})</p>")
+    for m, r in _trace_choice(rows, runs):
         try:
             uri = _figure(r, m.label, (5.0, 65.0))
-        except Exception as e:  # a figure that cannot be drawn must not lose the table
+        except Exception as e:
             parts.append(f"<p>{_f(m.label)}: no figure ({html.escape(str(e))})</p>")
             continue
         parts.append(f"<h3>{_f(m.label)}</h3><img src='{uri}' width=900>")
-        shown += 1
     out = Path(matrix_dir) / "outage.html"
     out.write_text("\n".join(parts))
     return out

@@ -160,7 +160,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         print(json.dumps(est, sort_keys=True))
         return 0
     try:
-        counts = matrix.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry)
+        counts = matrix.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry,
+                                   batch=not args.no_batch)
     except KeyboardInterrupt:
         print("satbed: interrupted; running cells stopped, testbeds removed; run again to resume",
               file=sys.stderr)
@@ -287,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"), help="testbed backend")
     m.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
+    m.add_argument("--no-batch", action="store_true",
+                   help="a testbed per cell (by default cells that differ only in size and repetition "
+                        "share one, run as a batch)")
     m.add_argument("--repetitions", type=int, default=None, metavar="N",
                    help="runs per combination, overriding the file's repetitions:")
     m.add_argument("--fidelity", action="store_true",

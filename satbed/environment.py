@@ -7,6 +7,7 @@ import os
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 
 from satbed import __version__
 from satbed.proc import BIN_DIR, REPO_ROOT
@@ -76,3 +77,34 @@ def _read(path: str) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The machine's CPU time so far (/proc/stat, all CPUs, in ticks). Steal
+    is time the hypervisor gave this virtual machine's CPUs to others: on a
+    shared host it delays every timer wake-up, the emulator's departures
+    included, and no process here can prevent it, so a run records it."""
+    busy: int
+    idle: int
+    steal: int
+
+    @classmethod
+    def read(cls, path: str = "/proc/stat") -> "CpuTimes | None":
+        try:
+            with open(path, encoding="ascii") as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        if not fields or fields[0] != "cpu" or len(fields) < 9:
+            return None
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+        return cls(busy=user + nice + system + irq + softirq, idle=idle + iowait, steal=steal)
+
+    def since(self, earlier: "CpuTimes") -> dict:
+        """Shares of all CPU time between earlier and now: busy, steal."""
+        busy, idle, steal = self.busy - earlier.busy, self.idle - earlier.idle, self.steal - earlier.steal
+        total = busy + idle + steal
+        if total <= 0:
+            return {}
+        return {"busy_fraction": round(busy / total, 4), "steal_fraction": round(steal / total, 4)}

@@ -40,6 +40,19 @@ analysing it).
 A cell's identity is the hash of its full configuration, so a second run of
 the same file skips finished cells, and changing any parameter makes a new
 cell rather than reusing a stale result.
+
+Batches: cells whose configurations differ only in what a transfer sets for
+itself (PER_TRANSFER: size, the repetition's seed, time limit, analysis)
+share one testbed, run one after another by one child (runner.run_batch):
+the testbed, PEPs, emulator and background traffic stay up, and each cell
+still gets its own directory with its own captures, config.json,
+result.json and analysis, and its window of the shared daemons' records.
+The key is computed from the cells' configurations (batch_key), not from
+the file; cells with a link schedule or self-ending traffic get a testbed
+each, and so does every cell with --no-batch. A failed transfer fails its
+cell; a failed testbed fails the batch's remaining cells with the reason.
+An interrupted batch resumes at its first cell without a result; its
+testbed's own files stay in DIR/batches/ID.
 """
 
 from __future__ import annotations
@@ -76,6 +89,12 @@ SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound 
 MAX_CELLS = 10_000          # about a week of 100 MB cells on 2 cores
 CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
 EXIT_FILE = "cell.exit"     # its exit status, written as it ends
+BATCH_FILE = "batch.json"   # a batch's cells, in the order its child runs them
+BATCH_S = 600               # a batch's expected length: a testbed build is then a small share of it,
+                            # and the batches still spread over the jobs
+# RunConfig fields a transfer sets for itself on a running testbed (runner.run_batch);
+# every other field, and the seeds (the repetition), shape the testbed.
+PER_TRANSFER = ("size_bytes", "seed", "time_limit_s", "analyze", "graphs", "cwnd_interval_s")
 
 
 def _choice(*allowed: str):
@@ -630,13 +649,25 @@ def fmt_s(s: float) -> str:
 
 @dataclass
 class Child:
-    cell: Cell
+    cell: Cell                # the cell it runs now (a batch's: its first not yet collected)
     proc: subprocess.Popen
-    started: float            # time.time()
-    mono: float               # time.monotonic()
+    started: float            # time.time() when `cell` started
+    mono: float               # time.monotonic() when `cell` started
     deadline: float
     terminated_at: float | None = None
     reason: str = ""          # timeout | interrupted
+    batch: list[Cell] = field(default_factory=list)   # a batch's cells not yet collected, `cell` first
+    out: str = ""             # the results directory (a batch's cells are collected from it one by one)
+
+    def next_cell(self) -> None:
+        """The batch's current cell was collected: the clock starts for the next."""
+        self.batch.pop(0)
+        now = time.monotonic()
+        if self.batch:
+            self.cell, self.started, self.mono = self.batch[0], time.time(), now
+            self.deadline = now + self.cell.timeout_s
+        else:
+            self.deadline = now + 2 * TERM_GRACE_S    # its teardown
 
 
 class Orphan:
@@ -699,22 +730,181 @@ def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
         json.dump({"params": cell.params, "repetition": cell.repetition, "config": cell.config,
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
-    log = open(os.path.join(cell_dir, "matrix.log"), "w", encoding="utf-8")
+    child = _spawn_child(["--run-cell", cell_dir], os.path.join(cell_dir, "matrix.log"))
+    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
+    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
+    return child
+
+
+
+def _spawn_child(args: list[str], log_path: str) -> subprocess.Popen:
+    log = open(log_path, "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
     # outside a matrix) would take the CPU cells side by side need, so no cell
     # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
     env.setdefault(SPIN_ENV, "0")
     try:
-        child = subprocess.Popen([PYTHON, "-m", "satbed.matrix", "--run-cell", cell_dir], stdout=log,
-                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                 start_new_session=True, cwd=REPO_ROOT)
+        return subprocess.Popen([PYTHON, "-m", "satbed.matrix", *args], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, cwd=REPO_ROOT)
     finally:
         log.close()
-    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
-    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
-        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
-    return child
+
+
+def _without_seeds(doc):
+    if isinstance(doc, dict):
+        return {k: _without_seeds(v) for k, v in doc.items() if k != "seed"}
+    if isinstance(doc, list):
+        return [_without_seeds(v) for v in doc]
+    return doc
+
+
+def batch_key(cell: Cell) -> str | None:
+    """Cells with the same key can share one testbed: their configurations
+    differ only in what a transfer sets for itself (PER_TRANSFER: the size,
+    the repetition's seed, the time limit, the analysis). None for a cell
+    that needs a testbed of its own: a link schedule (outage, profile) runs
+    on a clock the transfer starts, and background traffic with a duration
+    ends by itself."""
+    cfg = cell.config
+    for link in (cfg.get("link") or {}, *(cfg.get("links") or {}).values()):
+        for d in (link.get("a_to_b") or {}, link.get("b_to_a") or {}):
+            if d.get("outage") or d.get("profile"):
+                return None
+    if (cfg.get("traffic") or {}).get("duration") is not None:
+        return None
+    shared = _without_seeds({k: v for k, v in cfg.items() if k not in PER_TRANSFER})
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def plan_batches(cells: list[Cell], batch: bool = True) -> list[list[Cell]]:
+    """The cells to run, grouped into batches that share a testbed (one
+    cell each without batching), longest first. A batch runs repetition by
+    repetition (every size of the first, then of the second, ...), so a slow
+    spell of the machine or the background traffic does not fall on one
+    size alone; a group longer than BATCH_S is cut into several batches."""
+    groups: dict[str, list[Cell]] = {}
+    for i, c in enumerate(cells):
+        key = batch_key(c) if batch else None
+        groups.setdefault(key or f"single-{i}", []).append(c)
+    order = {c.hash: i for i, c in enumerate(cells)}
+    out: list[list[Cell]] = []
+    for group in groups.values():
+        group.sort(key=lambda c: (c.repetition, order[c.hash]))
+        chunk: list[Cell] = []
+        length = 0.0
+        for c in group:
+            # After the first, a cell costs its transfer, not a testbed build and the traffic's head start.
+            extra = max(1.0, c.estimate_s - SETUP_S - float(c.config.get("main_delay_s") or 0))
+            if chunk and length + extra > BATCH_S:
+                out.append(chunk)
+                chunk, length = [], 0.0
+            chunk.append(c)
+            length += extra if len(chunk) > 1 else c.estimate_s
+        if chunk:
+            out.append(chunk)
+    out.sort(key=lambda b: -sum(c.estimate_s for c in b))
+    return out
+
+
+def batch_estimate(batch: list[Cell]) -> float:
+    return batch[0].estimate_s + sum(max(1.0, c.estimate_s - SETUP_S - float(c.config.get("main_delay_s") or 0))
+                                     for c in batch[1:])
+
+
+def spawn_batch(cells: list[Cell], out: str, backend: str) -> tuple[subprocess.Popen, str]:
+    """Several cells in one child process on one testbed (runner.run_batch).
+    Each cell keeps its own directory, written as it finishes (cell.exit
+    last); the testbed's own files go to OUT/batches/ID."""
+    ident = hashlib.sha256("".join(c.hash for c in cells).encode()).hexdigest()[:16]
+    batch_dir = os.path.join(out, "batches", ident)
+    for c in cells:
+        if running_child(os.path.join(out, "cells", c.hash)):
+            raise SatbedError(f"cell {c.hash} is still running (never delete a live cell's directory)")
+    if running_child(batch_dir):
+        raise SatbedError(f"batch {ident} is still running")
+    for d in [batch_dir, *(os.path.join(out, "cells", c.hash) for c in cells)]:
+        if os.path.isdir(d):
+            shutil.rmtree(d)    # leftovers of an interrupted attempt
+    os.makedirs(os.path.dirname(batch_dir), exist_ok=True)
+    paths.private_dir(batch_dir)
+    for i, c in enumerate(cells):
+        cell_dir = os.path.join(out, "cells", c.hash)
+        os.makedirs(os.path.dirname(cell_dir), exist_ok=True)
+        paths.private_dir(cell_dir)
+        with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
+            json.dump({"params": c.params, "repetition": c.repetition, "config": c.config, "hash": c.hash,
+                       "backend": backend, "batch": {"dir": batch_dir, "index": i, "cells": len(cells)}},
+                      f, indent=2, sort_keys=True, default=str)
+    with open(os.path.join(batch_dir, BATCH_FILE), "w", encoding="utf-8") as f:
+        json.dump({"cells": [c.hash for c in cells], "backend": backend}, f, indent=2)
+    child = _spawn_child(["--run-batch", batch_dir], os.path.join(batch_dir, "matrix.log"))
+    # Who runs the cells, so a matrix resumed after this one was killed adopts them.
+    who = {"pid": child.pid, "start": records.start_time(child.pid)}
+    for d in [batch_dir, *(os.path.join(out, "cells", c.hash) for c in cells)]:
+        with open(os.path.join(d, CHILD_FILE), "w", encoding="utf-8") as f:
+            json.dump(who, f)
+    return child, batch_dir
+
+
+def run_batch_child(batch_dir: str) -> int:
+    """The child side of a batch: runner.run_batch over its cells, each
+    cell's analysis after its transfer, each cell's exit status as it ends."""
+    from satbed import runner
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    rc = 0
+    try:
+        with open(os.path.join(batch_dir, BATCH_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        out = os.path.dirname(os.path.dirname(batch_dir))
+        cell_dirs = [os.path.join(out, "cells", h) for h in doc["cells"]]
+        cfgs = []
+        for d in cell_dirs:
+            with open(os.path.join(d, "cell.json"), encoding="utf-8") as f:
+                cfgs.append(config_from_dict(json.load(f)["config"]))
+        wanted = [c.analyze and c.captures != "none" for c in cfgs]
+        for c in cfgs:
+            c.analyze = False
+        transfers = runner.run_batch(cfgs, cell_dirs, batch_dir, backend=doc.get("backend", "mininet"))
+        try:
+            for i, result in transfers:
+                code = 2 if result.get("error") else 0
+                if not code and wanted[i]:
+                    result = _analyze_niced(cell_dirs[i], result, cfgs[i].graphs)
+                if not code and result.get("integrity", "ok") not in ("ok", "incomplete"):
+                    code = 3
+                if code == 2:
+                    print(f"satbed: cell {doc['cells'][i]}: {result.get('error')}", file=sys.stderr, flush=True)
+                with open(os.path.join(cell_dirs[i], EXIT_FILE), "w", encoding="ascii") as f:
+                    f.write(f"{code}\n")
+        finally:
+            transfers.close()       # tears the testbed down
+    except SatbedError as e:
+        print(f"satbed: error: {e}", file=sys.stderr)
+        rc = 2
+    with open(os.path.join(batch_dir, EXIT_FILE), "w", encoding="ascii") as f:
+        f.write(f"{rc}\n")
+    return rc
+
+
+def _analyze_niced(cell_dir: str, result: dict, graphs: bool) -> dict:
+    """A cell's analysis at the lowest priority (the other cells' transfers
+    come first), then back to normal for the batch's next transfer."""
+    from satbed import runner
+    old = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, 19)
+    try:
+        result = runner.analyze(cell_dir, result, graphs=graphs)
+        _mark_analyzed(cell_dir)
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, old)
+    return result
 
 
 def run_cell_child(cell_dir: str) -> int:
@@ -765,9 +955,12 @@ def _mark_analyzed(cell_dir: str) -> None:
     write_json(path, doc)
 
 
-def collect(child: Child, cell_dir: str, status_override: str | None = None) -> CellRow:
+def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:
+    """The row of child's current cell; rc: the cell's own exit status (a
+    batch's cells record theirs), else the child process's."""
     finished = time.time()
-    rc = child.proc.returncode
+    if rc is None:
+        rc = child.proc.returncode
     metrics: dict = {}
     try:
         with open(os.path.join(cell_dir, "result.json"), encoding="utf-8") as f:
@@ -796,8 +989,16 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None) -> 
 
 
 def _log_tail(cell_dir: str) -> str:
+    """The last line its child logged: the cell's own, or its batch's."""
+    log = os.path.join(cell_dir, "matrix.log")
+    if not os.path.exists(log):
+        try:
+            with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
+                log = os.path.join(str((json.load(f).get("batch") or {}).get("dir") or cell_dir), "matrix.log")
+        except (OSError, ValueError, AttributeError):
+            pass
     try:
-        with open(os.path.join(cell_dir, "matrix.log"), encoding="utf-8", errors="replace") as f:
+        with open(log, encoding="utf-8", errors="replace") as f:
             lines = [ln.strip() for ln in f if ln.strip()]
     except OSError:
         return ""
@@ -824,7 +1025,7 @@ def clean_leftovers() -> list[str]:
 
 
 def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str = "mininet",
-               retry: bool = False, stream=sys.stderr) -> dict:
+               retry: bool = False, stream=sys.stderr, batch: bool = True) -> dict:
     """Run every cell not already done; returns counts. Raises KeyboardInterrupt
     after stopping all children when interrupted."""
     from satbed.proc import require_root
@@ -841,12 +1042,13 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
         lock.close()
         raise SatbedError(f"another `satbed matrix` is running with --out {out}") from None
     try:
-        return _run_locked(exp, out, jobs, backend, retry, stream)
+        return _run_locked(exp, out, jobs, backend, retry, stream, batch)
     finally:
         lock.close()
 
 
-def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream) -> dict:
+def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream,
+                batch: bool = True) -> dict:
     host = host_info()
     with Store(os.path.join(out, "results.sqlite")) as store:
         todo, skipped, adopted = [], 0, []
@@ -855,41 +1057,73 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
             if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
             elif live := running_child(os.path.join(out, "cells", cell.hash)):
-                adopted.append((cell, Orphan(*live, os.path.join(out, "cells", cell.hash))))
+                adopted.append((cell, live))
             else:
                 todo.append(cell)
         admit = Admission.for_host(jobs, host)
         meter = CpuMeter()
-        # Longest first: the long cells start early instead of ending the run alone.
-        todo.sort(key=lambda c: -c.estimate_s)
+        # Cells sharing a testbed run as one batch; the longest batches start first,
+        # so the long ones do not end the run alone.
+        pending = plan_batches(todo, batch)
         parallel = admit.parallel(todo)
         run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host)
+        batched = sum(len(b) for b in pending if len(b) > 1)
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
-                     f"{len(todo)} to run ({admit.describe()}) into {out}\n")
+                     f"{len(todo)} to run ({admit.describe()}"
+                     + (f"; {batched} of them in {sum(len(b) > 1 for b in pending)} batches sharing a testbed"
+                        if batched else "") + f") into {out}\n")
         stream.flush()
         progress = Progress(len(todo) + len(adopted), parallel, stream)
         running: dict[str, Child] = {}
-        for cell, orphan in adopted:
-            now = time.monotonic()
-            stream.write(f"satbed matrix: cell {cell.hash} is still running from a killed matrix "
-                         f"(pid {orphan.pid}): waiting for it\n")
-            running[cell.hash] = Child(cell, orphan, time.time(), now, now + cell.timeout_s)
-        pending = list(todo)
+        for ch in _adopt(adopted, out):
+            stream.write(f"satbed matrix: cell {ch.cell.hash} is still running from a killed matrix "
+                         f"(pid {ch.proc.pid}): waiting for it\n")
+            running[ch.cell.hash] = ch
         counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
         outcome = "interrupted"
         last_spawn = -SPAWN_GAP_S
+
+        def record(ch: Child, cell_dir: str, override: str | None = None, rc: int | None = None) -> None:
+            row = collect(ch, cell_dir, override, rc)
+            row.experiment = exp.name
+            store.put(row)
+            counts[row.status] = counts.get(row.status, 0) + 1
+            note = human_bps(row.goodput_bps) if row.goodput_bps else (
+                f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")
+            if row.status == "limited":
+                note += (f" ({row.metrics.get('bytes', 0) / 1e6:.1f} of "
+                         f"{row.metrics.get('bytes_expected', 0) / 1e6:.0f} MB in the time limit)")
+            elif row.status != "ok":
+                note = f"{note} {row.error or ''}".strip()
+            progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
+
+        def collect_finished(ch: Child) -> None:
+            """A batch's cells that wrote their exit status, in order."""
+            while ch.batch:
+                cell_dir = os.path.join(out, "cells", ch.cell.hash)
+                if not os.path.exists(os.path.join(cell_dir, EXIT_FILE)):
+                    return
+                record(ch, cell_dir, rc=read_exit(cell_dir))
+                ch.next_cell()
+
         try:
             while pending or running:
                 meter.sample()
-                pick = admit.pick(pending, [c.cell for c in running.values()], meter.busy_cores())
+                pick = admit.pick([b[0] for b in pending], [c.cell for c in running.values()], meter.busy_cores())
                 if pick is not None and time.monotonic() - last_spawn >= SPAWN_GAP_S:
                     last_spawn = time.monotonic()
-                    cell = pending.pop(pick)
-                    cell_dir = os.path.join(out, "cells", cell.hash)
+                    cells = pending.pop(pick)
                     now = time.monotonic()
-                    running[cell.hash] = Child(cell, spawn(cell, cell_dir, backend), time.time(),
-                                               now, now + cell.timeout_s)
+                    if len(cells) == 1:
+                        proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s)
+                    else:
+                        proc, _ = spawn_batch(cells, out, backend)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s,
+                                   batch=list(cells), out=out)
+                    running[cells[0].hash] = ch
                 for h, ch in list(running.items()):
+                    collect_finished(ch)
                     now = time.monotonic()
                     if ch.proc.poll() is None:
                         if ch.terminated_at is None and now > ch.deadline:
@@ -906,20 +1140,18 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                         # The group may hold stragglers (a capture, a server) of a killed cell.
                         _signal(ch, signal.SIGKILL, group=True)
                         clean_leftovers()
-                    row = collect(ch, os.path.join(out, "cells", h), ch.reason or None)
-                    row.experiment = exp.name
-                    store.put(row)
-                    counts[row.status] = counts.get(row.status, 0) + 1
+                    collect_finished(ch)
+                    if not ch.out:
+                        record(ch, os.path.join(out, "cells", h), ch.reason or None)
+                    elif ch.batch:
+                        # The batch ended before this cell wrote its status: it timed out, or
+                        # the child died. The cells after it run again as a batch of their own.
+                        record(ch, os.path.join(out, "cells", ch.cell.hash), ch.reason or None)
+                        ch.next_cell()
+                        if ch.batch:
+                            pending.insert(0, list(ch.batch))
                     del running[h]
-                    note = human_bps(row.goodput_bps) if row.goodput_bps else (
-                        f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")
-                    if row.status == "limited":
-                        note += (f" ({row.metrics.get('bytes', 0) / 1e6:.1f} of "
-                                 f"{row.metrics.get('bytes_expected', 0) / 1e6:.0f} MB in the time limit)")
-                    elif row.status != "ok":
-                        note = f"{note} {row.error or ''}".strip()
-                    progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
-                progress.draw([(c.cell, c.mono) for c in running.values()], pending)
+                progress.draw([(c.cell, c.mono) for c in running.values()], [c for b in pending for c in b])
                 time.sleep(0.2)
             outcome = "complete"
         except BaseException:
@@ -931,9 +1163,12 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                 stream.flush()
                 stop_children(list(running.values()))
                 for h, ch in running.items():
-                    row = collect(ch, os.path.join(out, "cells", h), "interrupted")
-                    row.experiment = exp.name
-                    store.put(row)
+                    collect_finished(ch)
+                    if not ch.out:
+                        record(ch, os.path.join(out, "cells", h), "interrupted")
+                    elif ch.batch:
+                        # Only the cell under way is interrupted; the batch's later cells never started.
+                        record(ch, os.path.join(out, "cells", ch.cell.hash), "interrupted")
                 clean_leftovers()
             finally:
                 store.end_run(run_id, outcome)
@@ -945,6 +1180,32 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
                      f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
     return counts
+
+
+def _adopt(adopted: list[tuple[Cell, tuple[int, int]]], out: str) -> list[Child]:
+    """Children a killed matrix left running, one per process: a batch's
+    cells are collected from it in its order as they finish."""
+    by_pid: dict[tuple[int, int], list[tuple[int, Cell, str]]] = {}
+    for cell, live in adopted:
+        cell_dir = os.path.join(out, "cells", cell.hash)
+        try:
+            with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
+                b = json.load(f).get("batch") or {}
+        except (OSError, ValueError):
+            b = {}
+        by_pid.setdefault(live, []).append((int(b.get("index", 0)), cell, str(b.get("dir") or "")))
+    children = []
+    for (pid, start), members in by_pid.items():
+        members.sort(key=lambda m: m[0])
+        first, batch_dir = members[0][1], members[0][2]
+        now = time.monotonic()
+        if batch_dir:
+            children.append(Child(first, Orphan(pid, start, batch_dir), time.time(), now, now + first.timeout_s,
+                                  batch=[m[1] for m in members], out=out))
+        else:
+            children.append(Child(first, Orphan(pid, start, os.path.join(out, "cells", first.hash)), time.time(),
+                                  now, now + first.timeout_s))
+    return children
 
 
 def rows_of(exp: Experiment, out: str) -> list[CellRow]:
@@ -1167,6 +1428,8 @@ def _interpolate(curve: dict[float, float], x: float) -> float:
 def _main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--run-cell":
         return run_cell_child(argv[1])
+    if len(argv) == 2 and argv[0] == "--run-batch":
+        return run_batch_child(argv[1])
     print("usage: python3 -m satbed.matrix --run-cell DIR (internal; use `satbed matrix`)", file=sys.stderr)
     return 2
 

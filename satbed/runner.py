@@ -3,6 +3,11 @@ the client, tear everything down, and leave a self-describing directory:
 
   RUN/config.json  RUN/environment.json  RUN/result.json
   RUN/captures/*.pcap  RUN/emulator/  RUN/pep/  RUN/logs/  RUN/analysis/  RUN/report.html
+
+A batch (run_batch, for a matrix) runs many transfers on one testbed
+(Session): each gets such a directory of its own, with its own captures,
+and its window of what the shared emulator, PEPs and background traffic
+recorded; the testbed's own files go to the batch's directory.
 """
 
 from __future__ import annotations
@@ -214,128 +219,37 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     out = paths.results_dir(out)
     # The payload and the received copy sit in the run directory side by side.
     paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
-    spec = topology.load(cfg.topology, cfg.topology_overrides)
-    the_plan = plan(cfg, spec)
-    client = clients.get(cfg.client)
-    tb = Testbed(spec, backend=backend)
+    session = Session(cfg, backend)
     if run_dir is None:
-        run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{tb.prefix}")
-    run_dir = paths.private_dir(os.path.abspath(run_dir))
-    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
-    tb.record.run_dir = run_dir     # `satbed clean` removes a killed run's payloads and keys
-    write_json(os.path.join(run_dir, "config.json"), config_document(cfg, spec, the_plan))
-
+        run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{session.tb.prefix}")
+    run_dir = session.open(run_dir)
     result: dict = {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
-                    "started": time.time(), "testbed_prefix": tb.prefix}
-    env = environment.collect()
-    emus: dict[str, emulation.Emulator] = {}
-    pep_list: list[peps.Pep] = []
-    caps = None
-    sampler: counters.CounterSampler | None = None
-    cwnd_sampler: cwnd.CwndSampler | None = None
-    background: traffic.Traffic | None = None
+                    "started": time.time(), "testbed_prefix": session.tb.prefix}
+    transfer: Transfer | None = None
     failure: BaseException | None = None
     try:
-        if not the_plan.links and (cfg.link.rtt_ms or cfg.link.a_to_b.ber):
-            raise SatbedError(f"topology {spec.name} has no emulator node for --rtt/--ber")
-        # The emulator backend decides whether its node gets a kernel bridge.
-        pep_images = {n: p.name for n, p in the_plan.peps.items()}
-        with docker_backend.for_run(backend, tb.record, run_dir, cfg.pep, pep_images), \
-                ansible_backend.for_run(backend, spec, tb.prefix, run_dir):
-            tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
-        env["testbed"] = (ansible_backend.describe(tb) if backend == "ansible"
-                          else docker_backend.describe_testbed(tb))
-        if tb.tcp_profiles:
-            env["tcp_profiles"] = tb.tcp_profiles
-        if tb.queue_commands:
-            env["router_queues"] = tb.queue_commands
-        several = len(the_plan.links) > 1
-        for name, link in the_plan.links.items():
-            node = tb.nodes[name]
-            emu = emulation.make(node, link, run_dir, captured=cfg.captures != "none",
-                                 stats_dir=os.path.join(run_dir, "emulator", name) if several else "")
-            emus[name] = emu
-            emu.start()
-        for name, placement in the_plan.peps.items():
-            link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
-            pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, run_dir, placement.options)
-            pep_list.append(pep)
-            env.setdefault("peps", {})[name] = peps.describe(placement.name)
-            pep.start()
-        ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
-        # start returned for each PEP; now prove they split (pep/CONTRACT.md).
-        proof = peps.prove_split(pep_list, ground, aircraft, the_plan.path_rtt_ms())
-        if proof:
-            result["split_proof"] = proof
-        caps = Captures(vantage_points(tb, the_plan), run_dir, cfg.captures)
-        caps.start()
-        router_ports = [i for r in tb.routers.values() for i in r.intfs.values()]
-        if router_ports:
-            sampler = counters.CounterSampler(router_ports, run_dir)
-            sampler.start()
-        if cfg.traffic:
-            background = traffic.Traffic(traffic.TrafficSpec.from_dict(cfg.traffic), tb.hosts, run_dir)
-            background.start()
-        if cfg.main_delay_s:
-            time.sleep(cfg.main_delay_s)
-        ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
-                            size_bytes=cfg.size_bytes, run_dir=run_dir, rate_bps=the_plan.path_rate_bps(),
-                            rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
-        if cfg.cwnd_interval_s:
-            sender, receiver = (ground, aircraft) if cfg.direction == "upload" else (aircraft, ground)
-            cwnd_sampler = cwnd.CwndSampler(sender, str(receiver.ip.ip), run_dir, cfg.cwnd_interval_s)
-            cwnd_sampler.start()
-        # Outages and profiles count from here: the main flow's start.
-        clocks = {name: emu.start_clock() for name, emu in emus.items()}
-        if any(v is not None for v in clocks.values()):
-            result["schedule_clock_started_s"] = clocks
-            # Wall time of the schedules' start, to place outages on the
-            # captures' and PEPs' time axes (analysis/outage.py).
-            result["schedule_clock_wall_s"] = time.time()
-        # The machine's load when the measurement starts (1, 5, 15 min): figures from a loaded box say so.
-        result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-        # A dead PEP or emulator is named, not the client it stranded.
-        with watch.guarded(pep_list, list(emus.values())):
-            result.update(client.run(ctx))
-        env["offloads"] = tb.offload_state()
-        env["tcp_congestion_control"] = tb.tcp_cc
+        session.build()
+        # The counters and captures cover the background traffic's start too.
+        transfer = session.begin(cfg, run_dir, result)
+        session.start_traffic()
+        session.transfer(cfg, transfer, result)
     except BaseException as e:  # recorded, then re-raised after teardown
         failure = e
     finally:
         # A second Ctrl-C must not cut the teardown short: it is noted, and
         # the run ends as interrupted once everything is removed.
         with shielded() as late:
-            if background is not None:
-                result["traffic"] = _safely(background.stop, result)
-            if sampler is not None:
-                result["counters"] = _safely(sampler.stop, result)
-            if cwnd_sampler is not None:
-                result["cwnd_trace"] = _safely(cwnd_sampler.stop, result)
-            if caps is not None:
-                result["captures"] = _safely(caps.stop, result)
-            if pep_list:
-                nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
-                         for p in pep_list}
-                result["pep"] = {"name": cfg.pep if len({p.name for p in pep_list}) == 1 else "mixed",
-                                 "nodes": nodes,
-                                 "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
-                                                          if isinstance(n.get("connections_split", 0), int))}
-            if emus:
-                stopped = {name: _safely(emu.stop, result) for name, emu in emus.items()}
-                primary = the_plan.primary or next(iter(emus))
-                result["emulator"] = stopped[primary]
-                if several:
-                    result["emulators"] = stopped
-                env["emulator"] = {"backend": emus[primary].backend}
-                if getattr(emus[primary], "spin_us", None) is not None:
-                    env["emulator"]["spin_us"] = emus[primary].spin_us
-            _safely(tb.stop, result)
+            if session.background is not None:
+                result["traffic"] = _safely(session.background.stop, result)
+            if transfer is not None:
+                session.end(transfer, result)
+            session.stop(result)
             result["finished"] = time.time()
             if failure is None and late:
                 failure = KeyboardInterrupt()
             if failure is not None:
                 result["error"] = _describe(failure)
-            write_json(os.path.join(run_dir, "environment.json"), env)
+            write_json(os.path.join(run_dir, "environment.json"), session.env)
             write_json(os.path.join(run_dir, "result.json"), result)
             if not keep_files_wanted():
                 remove_run_files(run_dir)
@@ -346,6 +260,427 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     if cfg.analyze and cfg.captures != "none":
         result = analyze(run_dir, result, graphs=cfg.graphs)
     return run_dir, result
+
+
+@dataclass
+class Transfer:
+    """What one transfer on a session starts and stops: its captures, the
+    router counters and the cwnd trace, all in its own run directory."""
+    run_dir: str
+    caps: Captures | None = None
+    sampler: counters.CounterSampler | None = None
+    cwnd_sampler: cwnd.CwndSampler | None = None
+    started: float = 0.0                # time.time() as its captures start
+
+
+class Session:
+    """A testbed built for one configuration with its links, PEPs and
+    background traffic up, on which transfers run one after another, each
+    into its own run directory with its own captures. `run` is a session of
+    one transfer whose run directory is also the session's; a matrix batch
+    (run_batch) runs many short transfers on one, so a sweep does not pay a
+    testbed build per transfer."""
+
+    def __init__(self, cfg: RunConfig, backend: str = "mininet"):
+        self.cfg, self.backend = cfg, backend
+        self.spec = topology.load(cfg.topology, cfg.topology_overrides)
+        self.plan = plan(cfg, self.spec)
+        self.client = clients.get(cfg.client)
+        self.tb = Testbed(self.spec, backend=backend)
+        self.dir = ""
+        self.env: dict = {}
+        self.emus: dict[str, emulation.Emulator] = {}
+        self.pep_list: list[peps.Pep] = []
+        self.background: traffic.Traffic | None = None
+        self.proof: dict = {}
+
+    def open(self, session_dir: str) -> str:
+        """Create the session's directory (the testbed's own files: emulator,
+        PEPs, background traffic, logs) and record the configuration there."""
+        self.dir = paths.private_dir(os.path.abspath(session_dir))
+        os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
+        self.tb.record.run_dir = self.dir     # `satbed clean` removes a killed run's payloads and keys
+        write_json(os.path.join(self.dir, "config.json"), config_document(self.cfg, self.spec, self.plan))
+        self.env = environment.collect()
+        return self.dir
+
+    def build(self) -> None:
+        """The testbed, its emulators and PEPs, and the proof that the PEPs split."""
+        cfg, the_plan, tb = self.cfg, self.plan, self.tb
+        if not the_plan.links and (cfg.link.rtt_ms or cfg.link.a_to_b.ber):
+            raise SatbedError(f"topology {self.spec.name} has no emulator node for --rtt/--ber")
+        # The emulator backend decides whether its node gets a kernel bridge.
+        pep_images = {n: p.name for n, p in the_plan.peps.items()}
+        with docker_backend.for_run(self.backend, tb.record, self.dir, cfg.pep, pep_images), \
+                ansible_backend.for_run(self.backend, self.spec, tb.prefix, self.dir):
+            tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
+        env = self.env
+        env["testbed"] = (ansible_backend.describe(tb) if self.backend == "ansible"
+                          else docker_backend.describe_testbed(tb))
+        if tb.tcp_profiles:
+            env["tcp_profiles"] = tb.tcp_profiles
+        if tb.queue_commands:
+            env["router_queues"] = tb.queue_commands
+        several = len(the_plan.links) > 1
+        for name, link in the_plan.links.items():
+            emu = emulation.make(tb.nodes[name], link, self.dir, captured=cfg.captures != "none",
+                                 stats_dir=os.path.join(self.dir, "emulator", name) if several else "")
+            self.emus[name] = emu
+            emu.start()
+        for name, placement in the_plan.peps.items():
+            link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
+            pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, self.dir, placement.options)
+            self.pep_list.append(pep)
+            env.setdefault("peps", {})[name] = peps.describe(placement.name)
+            pep.start()
+        # start returned for each PEP; now prove they split (pep/CONTRACT.md).
+        self.proof = peps.prove_split(self.pep_list, tb.host(the_plan.a), tb.host(the_plan.b),
+                                      the_plan.path_rtt_ms())
+
+    def start_traffic(self) -> None:
+        """The background traffic, and the main flow's head start over it."""
+        if self.cfg.traffic:
+            self.background = traffic.Traffic(traffic.TrafficSpec.from_dict(self.cfg.traffic), self.tb.hosts,
+                                              self.dir)
+            self.background.start()
+        if self.cfg.main_delay_s:
+            time.sleep(self.cfg.main_delay_s)
+
+    def begin(self, cfg: RunConfig, run_dir: str, result: dict) -> Transfer:
+        """A transfer's captures and router counters, into its run directory."""
+        t = Transfer(run_dir, started=time.time())
+        if self.proof:
+            result["split_proof"] = self.proof
+        try:
+            t.caps = Captures(vantage_points(self.tb, self.plan), run_dir, cfg.captures)
+            t.caps.start()
+            router_ports = [i for r in self.tb.routers.values() for i in r.intfs.values()]
+            if router_ports:
+                t.sampler = counters.CounterSampler(router_ports, run_dir)
+                t.sampler.start()
+        except BaseException:
+            self.end(t, result)
+            raise
+        return t
+
+    def transfer(self, cfg: RunConfig, t: Transfer, result: dict) -> None:
+        """The main flow: the client's transfer, guarded against a dead PEP or emulator."""
+        the_plan, tb = self.plan, self.tb
+        ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
+        ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
+                            size_bytes=cfg.size_bytes, run_dir=t.run_dir, rate_bps=the_plan.path_rate_bps(),
+                            rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
+        if cfg.cwnd_interval_s:
+            sender, receiver = (ground, aircraft) if cfg.direction == "upload" else (aircraft, ground)
+            t.cwnd_sampler = cwnd.CwndSampler(sender, str(receiver.ip.ip), t.run_dir, cfg.cwnd_interval_s)
+            t.cwnd_sampler.start()
+        # Outages and profiles count from here: the main flow's start.
+        clocks = {name: emu.start_clock() for name, emu in self.emus.items()}
+        if any(v is not None for v in clocks.values()):
+            result["schedule_clock_started_s"] = clocks
+            # Wall time of the schedules' start, to place outages on the
+            # captures' and PEPs' time axes (analysis/outage.py).
+            result["schedule_clock_wall_s"] = time.time()
+        # The machine's load when the measurement starts (1, 5, 15 min): figures from a loaded box say so.
+        result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+        cpu_before = environment.CpuTimes.read()
+        # A dead PEP or emulator is named, not the client it stranded.
+        with watch.guarded(self.pep_list, list(self.emus.values())):
+            result.update(self.client.run(ctx))
+        cpu_after = environment.CpuTimes.read()
+        if cpu_before and cpu_after:
+            # The whole machine's CPU during the measurement, steal included:
+            # a virtual machine's stolen time shows as emulator lateness.
+            result["host_cpu"] = cpu_after.since(cpu_before)
+        self.env["offloads"] = tb.offload_state()
+        self.env["tcp_congestion_control"] = tb.tcp_cc
+
+    def end(self, t: Transfer, result: dict) -> None:
+        """Stop a transfer's samplers and captures (safe after a partial begin)."""
+        if t.sampler is not None:
+            result["counters"] = _safely(t.sampler.stop, result)
+            t.sampler = None
+        if t.cwnd_sampler is not None:
+            result["cwnd_trace"] = _safely(t.cwnd_sampler.stop, result)
+            t.cwnd_sampler = None
+        if t.caps is not None:
+            result["captures"] = _safely(t.caps.stop, result)
+            t.caps = None
+
+    def down(self) -> str:
+        """Why the testbed can carry no more transfers ('' while it can)."""
+        return watch.problems(self.pep_list, list(self.emus.values()))
+
+    def stop(self, result: dict) -> None:
+        """Tear the testbed down; the PEPs' and emulators' final figures go into result."""
+        if self.pep_list:
+            nodes = {p.node.name: {**(_safely(p.stop, result) or {}), "pep": p.name, "side": p.role}
+                     for p in self.pep_list}
+            result["pep"] = {"name": self.cfg.pep if len({p.name for p in self.pep_list}) == 1 else "mixed",
+                             "nodes": nodes,
+                             "connections_split": sum(n.get("connections_split", 0) for n in nodes.values()
+                                                      if isinstance(n.get("connections_split", 0), int))}
+        if self.emus:
+            stopped = {name: _safely(emu.stop, result) for name, emu in self.emus.items()}
+            primary = self.plan.primary or next(iter(self.emus))
+            result["emulator"] = stopped[primary]
+            if len(self.emus) > 1:
+                result["emulators"] = stopped
+            self.env["emulator"] = {"backend": self.emus[primary].backend}
+            if getattr(self.emus[primary], "spin_us", None) is not None:
+                self.env["emulator"]["spin_us"] = self.emus[primary].spin_us
+        _safely(self.tb.stop, result)
+
+
+# Cumulative counters of satemu's time series (emulator/bridge/timeseries.go);
+# a transfer's slice restarts them from zero at its start.
+EMU_COUNTERS = ("frames_in", "bytes_in", "frames_out", "bytes_out", "drop_queue", "drop_ber",
+                "drop_gilbert_elliott", "drop_outage", "tx_errors", "rx_kernel_drops")
+
+
+def run_batch(cfgs: list[RunConfig], run_dirs: list[str], session_dir: str,
+              backend: str = "mininet") -> Iterator[tuple[int, dict]]:
+    """Transfers of one configuration on one testbed (a matrix batch): the
+    testbed, its PEPs and the background traffic are built once from the
+    first configuration and stay up; each transfer gets its own run
+    directory, as self-describing as a single run's (config.json,
+    environment.json, result.json, its own captures and router counters,
+    and its window of the emulator's series, the PEPs' buffer trace and the
+    background flows). Yields (index, result) as each is written.
+
+    A failed transfer fails its own cell; a testbed that fails (at build, or
+    a PEP or emulator found dead) fails every remaining cell with the
+    reason. Ctrl-C/SIGTERM tears down and re-raises; the cells not yielded
+    were not run."""
+    first = cfgs[0]
+    first.validate()
+    for name in {first.pep, *(p.name for p in first.peps.values())}:
+        peps.check_backend(name, backend)
+    paths.require_space(session_dir, 2 * max(c.size_bytes for c in cfgs), "the batch's largest transfer")
+    session = Session(first, backend)
+    session.open(session_dir)
+    testbed_result: dict = {"format": RESULT_FORMAT, "started": time.time(), "testbed_prefix": session.tb.prefix,
+                            "cells": [os.path.basename(d) for d in run_dirs]}
+    broken = ""         # why the testbed can take no more transfers
+    index = 0
+    try:
+        try:
+            session.build()
+            session.start_traffic()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:
+            broken = f"testbed failed: {_describe(e)}"
+        for index, (cfg, run_dir) in enumerate(zip(cfgs, run_dirs)):
+            if broken:
+                result = _batch_result(cfg, session, index, len(cfgs))
+                result["error"] = broken
+                result["finished"] = time.time()
+                os.makedirs(run_dir, exist_ok=True)
+                write_json(os.path.join(run_dir, "result.json"), result)
+                yield index, result
+                continue
+            result, failure = _batch_transfer(session, cfg, run_dir, index, len(cfgs))
+            if isinstance(failure, (KeyboardInterrupt, SystemExit)):
+                raise failure
+            if isinstance(failure, watch.PathDown) or session.down():
+                broken = f"testbed failed during cell {index + 1}: {session.down() or _describe(failure)}"
+            yield index, result
+        index = len(cfgs)
+    finally:
+        with shielded():
+            if session.background is not None:
+                testbed_result["traffic"] = _safely(session.background.stop, testbed_result)
+            session.stop(testbed_result)
+            testbed_result["finished"] = time.time()
+            if broken:
+                testbed_result["error"] = broken
+            testbed_result["transfers_run"] = index
+            write_json(os.path.join(session.dir, "environment.json"), session.env)
+            write_json(os.path.join(session.dir, "result.json"), testbed_result)
+
+
+def _batch_result(cfg: RunConfig, session: Session, index: int, count: int) -> dict:
+    return {"format": RESULT_FORMAT, "client": cfg.client, "pep": cfg.pep, "direction": cfg.direction,
+            "started": time.time(), "testbed_prefix": session.tb.prefix,
+            "batch": {"index": index, "cells": count, "testbed_dir": session.dir,
+                      "testbed_seed": session.cfg.seed}}
+
+
+def _batch_transfer(session: Session, cfg: RunConfig, run_dir: str, index: int,
+                    count: int) -> tuple[dict, BaseException | None]:
+    """One transfer of a batch into run_dir; returns its result and what failed."""
+    run_dir = paths.private_dir(os.path.abspath(run_dir))
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    result = _batch_result(cfg, session, index, count)
+    failure: BaseException | None = None
+    t: Transfer | None = None
+    before = {}
+    try:
+        cfg.validate()
+        doc = config_document(cfg, session.spec, session.plan)
+        # What this cell shared: the testbed was built (and its emulator and
+        # background traffic seeded) from the batch's first configuration.
+        doc["batch"] = result["batch"]
+        write_json(os.path.join(run_dir, "config.json"), doc)
+        session.tb.record.run_dir = run_dir     # a killed batch's payloads go with `satbed clean`
+        session.tb.record.save()
+        _forget_tcp_metrics(session)
+        before = _batch_counters(session)
+        t = session.begin(cfg, run_dir, result)
+        session.transfer(cfg, t, result)
+    except BaseException as e:
+        failure = e
+    finally:
+        with shielded() as late:
+            if t is not None:
+                session.end(t, result)
+            t0, t1 = (t.started if t else time.time()), time.time()
+            _safely(lambda: _batch_slices(session, run_dir, before, t0, t1, result), result)
+            result["finished"] = t1
+            if failure is None and late:
+                failure = KeyboardInterrupt()
+            if failure is not None:
+                result["error"] = _describe(failure)
+            write_json(os.path.join(run_dir, "environment.json"), {**session.env, "batch": result["batch"]})
+            write_json(os.path.join(run_dir, "result.json"), result)
+            if not keep_files_wanted():
+                remove_run_files(run_dir)
+    return result, failure
+
+
+def _forget_tcp_metrics(session: Session) -> None:
+    """A fresh testbed has no cached ssthresh or RTT: the main flow's hosts
+    and the PEP nodes forget what the previous transfer left, so each
+    transfer starts as a single run's does."""
+    nodes = [session.tb.nodes[n] for n in (session.plan.a, session.plan.b, *session.plan.peps)]
+    for node in nodes:
+        node.run(["ip", "tcp_metrics", "flush", "all"], check=False)
+
+
+def _batch_counters(session: Session) -> dict:
+    """The shared daemons' counters as a transfer starts: each PEP's stats,
+    each satemu's (with its clock)."""
+    out: dict = {"pep": {p.node.name: p.stats() for p in session.pep_list}, "emulator": {}}
+    for name, emu in session.emus.items():
+        if isinstance(emu, emulation.Satemu):
+            out["emulator"][name] = emu.request({"op": "stats"}).get("stats") or {}
+    return out
+
+
+def _delta(end, start):
+    """end - start for the numbers of a nested document (counters); the rest as at the end."""
+    if isinstance(end, bool) or not isinstance(end, (int, float, dict)):
+        return end
+    if isinstance(end, dict):
+        start = start if isinstance(start, dict) else {}
+        return {k: _delta(v, start.get(k)) for k, v in end.items()}
+    return end - start if isinstance(start, (int, float)) and not isinstance(start, bool) else end
+
+
+def _batch_slices(session: Session, run_dir: str, before: dict, t0: float, t1: float, result: dict) -> None:
+    """A transfer's share of what the shared daemons recorded: the PEPs'
+    counters and buffer trace, the emulator's counters and time series, the
+    background flows that overlapped it."""
+    if session.pep_list:
+        nodes = {}
+        for p in session.pep_list:
+            now = p.stats()
+            was = (before.get("pep") or {}).get(p.node.name) or {}
+            split = now.get("connections_split")
+            if isinstance(split, int) and isinstance(was.get("connections_split"), int):
+                split -= was["connections_split"]
+            nodes[p.node.name] = {**now, "pep": p.name, "side": p.role, "connections_split": split}
+            _slice_jsonl(os.path.join(p.state_dir, "buffer.jsonl"),
+                         os.path.join(run_dir, "pep", p.node.name, "buffer.jsonl"), t0, t1, ("t",))
+        result["pep"] = {"name": session.cfg.pep if len({p.name for p in session.pep_list}) == 1 else "mixed",
+                         "nodes": nodes, "batch": True,
+                         "connections_split": sum(n["connections_split"] for n in nodes.values()
+                                                  if isinstance(n.get("connections_split"), int))}
+    stopped = {}
+    for name, emu in session.emus.items():
+        entry: dict = {"backend": emu.backend, "batch": True}
+        if isinstance(emu, emulation.Satemu):
+            was = (before.get("emulator") or {}).get(name) or {}
+            now = emu.request({"op": "stats"}).get("stats") or {}
+            entry["stats"] = _delta(now, was)
+            rel = os.path.relpath(emu.stats_dir, session.dir)
+            dst = os.path.join(run_dir, rel, "emulator_timeseries.csv")
+            _slice_timeseries(os.path.join(emu.stats_dir, "emulator_timeseries.csv"), dst,
+                              float(was.get("t_s") or 0), float(now.get("t_s") or 0))
+            entry["timeseries"] = os.path.relpath(dst, run_dir)
+        stopped[name] = entry
+    if stopped:
+        primary = session.plan.primary or next(iter(stopped))
+        result["emulator"] = stopped[primary]
+        if len(stopped) > 1:
+            result["emulators"] = stopped
+    bg = session.background
+    if bg is not None:
+        for path in sorted(os.listdir(bg.dir)) if os.path.isdir(bg.dir) else []:
+            if path.endswith(".jsonl"):
+                _slice_jsonl(os.path.join(bg.dir, path), os.path.join(run_dir, traffic.TRAFFIC_DIR, path),
+                             t0, t1, ("start", "end"), overlap=True)
+        result["traffic"] = {"dir": traffic.TRAFFIC_DIR, "spec": bg.spec.to_dict(), "started": bg.started_at,
+                             "window": [t0, t1], "batch": True,
+                             # Flows still running at the transfer's end are recorded only as they end.
+                             "summary": traffic.summary(run_dir)}
+
+
+def _slice_jsonl(src: str, dst: str, t0: float, t1: float, keys: tuple[str, ...], overlap: bool = False) -> None:
+    """The records of a JSON-lines file inside [t0, t1] (by keys[0]), or with
+    overlap, whose [keys[0], keys[1]] span meets it."""
+    if not os.path.exists(src):
+        return
+    kept = []
+    with open(src, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+                a = float(rec[keys[0]])
+                b = float(rec[keys[1]]) if overlap else a
+            except (ValueError, KeyError, TypeError):
+                continue
+            if a <= t1 and b >= t0:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+
+
+def _slice_timeseries(src: str, dst: str, t0: float, t1: float) -> None:
+    """satemu's rows in (t0, t1], time and counters restarted at the last row
+    before it, so the slice reads as a series of its own."""
+    import csv
+    if not os.path.exists(src):
+        return
+    with open(src, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+        header = list(rows[0].keys()) if rows else []
+    base: dict[str, dict] = {}
+    kept = []
+    for row in rows:
+        try:
+            t = float(row["t_s"])
+        except (KeyError, ValueError):
+            continue
+        if t <= t0:
+            base[row.get("direction", "")] = row
+        elif t <= t1:
+            kept.append(row)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        for row in kept:
+            b = base.get(row.get("direction", ""))
+            out = dict(row)
+            t_base = float(b["t_s"]) if b else t0
+            out["t_s"] = f"{float(row['t_s']) - t_base:.3f}"
+            for k in EMU_COUNTERS:
+                if b and k in out and out[k] and b.get(k):
+                    out[k] = str(int(float(out[k]) - float(b[k])))
+            w.writerow(out)
 
 
 @contextmanager

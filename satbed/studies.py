@@ -20,7 +20,7 @@ import html
 import os
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from satbed.store import MEASURED, CellRow
 
@@ -107,6 +107,7 @@ class SpoofPoint:
     receiver_bps: list[float]
     drops: list[float]
     path_drop_rate: list[float]
+    buffer_peak: list[float] = field(default_factory=list)    # bytes the spoofer held at most
 
 
 def _main_drops(r: CellRow, sender: str) -> float | None:
@@ -143,7 +144,30 @@ def _path_drop_rate(r: CellRow) -> float | None:
     return best[1] if best else None
 
 
-def _spoof_points(rows: list[CellRow]) -> dict[tuple[int, int, bool], SpoofPoint]:
+def _spoofer_buffer(out: str, r: CellRow) -> list[tuple[float, float]]:
+    """(seconds since its first sample, bytes) the spoofer held, all its
+    connections together: pepd's buffer.jsonl (trace_interval), one sample
+    per connection per interval, summed per interval."""
+    import glob
+    import json
+    by_t: dict[float, float] = defaultdict(float)
+    step = 0.1
+    for path in glob.glob(os.path.join(out, "cells", r.hash, "pep", "*", "buffer.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    t, held = float(rec["t"]), float(rec.get("occupancy_bytes") or 0)
+                except (ValueError, KeyError, TypeError):
+                    continue
+                by_t[round(t / step) * step] += held
+    if not by_t:
+        return []
+    t0 = min(by_t)
+    return [(round(t - t0, 3), by_t[t]) for t in sorted(by_t)]
+
+
+def _spoof_points(rows: list[CellRow], out: str | None = None) -> dict[tuple[int, int, bool], SpoofPoint]:
     pts: dict[tuple[int, int, bool], SpoofPoint] = {}
     for r in rows:
         if r.status not in MEASURED:
@@ -163,6 +187,10 @@ def _spoof_points(rows: list[CellRow]) -> dict[tuple[int, int, bool], SpoofPoint
         dr = _path_drop_rate(r)
         if dr is not None:
             p.path_drop_rate.append(dr)
+        if out is not None and key[2]:
+            held = _spoofer_buffer(out, r)
+            if held:
+                p.buffer_peak.append(max(b for _, b in held))
     return pts
 
 
@@ -172,11 +200,12 @@ def _pct(spoofed: float | None, regular: float | None) -> float | None:
     return (spoofed - regular) / regular * 100
 
 
-def spoofing_tables(rows: list[CellRow]) -> dict:
+def spoofing_tables(rows: list[CellRow], out: str | None = None) -> dict:
     """The numbers the seed-000 figures plot, for the page and for tests:
-    {(size, flows): {view: {"regular", "spoofed", "ci_regular", "ci_spoofed", "pct"}}, ...}."""
-    pts = _spoof_points(rows)
-    out: dict = {}
+    {(size, flows): {view: {"regular", "spoofed", "ci_regular", "ci_spoofed", "pct"}}, ...};
+    with out (the matrix directory), the spoofer's peak buffer ("buffer_peak": mean, ci, n)."""
+    pts = _spoof_points(rows, out)
+    table: dict = {}
     for size, flows in sorted({(k[0], k[1]) for k in pts}):
         reg, spo = pts.get((size, flows, False)), pts.get((size, flows, True))
         entry: dict = {}
@@ -189,8 +218,10 @@ def spoofing_tables(rows: list[CellRow]) -> dict:
                            "pct": _pct(sm, rm) if view != "drops" else None}
         rates = (reg.path_drop_rate if reg else []) + (spo.path_drop_rate if spo else [])
         entry["path_drop_rate"] = statistics.mean(rates) if rates else None
-        out[(size, flows)] = entry
-    return out
+        peaks = spo.buffer_peak if spo else []
+        entry["buffer_peak"] = (*_mean_ci(peaks), len(peaks))
+        table[(size, flows)] = entry
+    return table
 
 
 def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
@@ -198,7 +229,7 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tab = spoofing_tables(rows)
+    tab = spoofing_tables(rows, out)
     if not tab:
         return ["<h2>Seed 000: TCP spoofing</h2><p>No measured cells yet.</p>"]
     sizes = sorted({k[0] for k in tab})
@@ -288,6 +319,10 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
                          "Gain of spoofing vs the number of competing flows, per transfer size "
                          "(study Figures 9 and 10)."))
 
+    held = _buffer_figure(out, rows, flows, plt)
+    if held:
+        parts.append(held)
+
     from satbed.charts import _table
     body = []
     for (s, n), e in sorted(tab.items()):
@@ -296,12 +331,53 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
                      _fmt(e["path_drop_rate"] * 100 if e["path_drop_rate"] is not None else None, 1),
                      _kb(sv["regular"], sv["ci_regular"]), _kb(sv["spoofed"], sv["ci_spoofed"]), _fmt(sv["pct"], 0),
                      _kb(rv["regular"], rv["ci_regular"]), _kb(rv["spoofed"], rv["ci_spoofed"]), _fmt(rv["pct"], 0),
-                     _fmt(dv["regular"]), _fmt(dv["spoofed"]), f"{sv['n_regular']}/{sv['n_spoofed']}"])
+                     _fmt(dv["regular"]), _fmt(dv["spoofed"]), _kb8(*e["buffer_peak"][:2]),
+                     f"{sv['n_regular']}/{sv['n_spoofed']}"])
     parts.append("<h3>The numbers (means; ± 95% interval)</h3>" + _table(
         ["packets", "flows", "r1 drop %", "sender regular kbit/s", "sender spoofed kbit/s", "sender gain %",
          "receiver regular kbit/s", "receiver spoofed kbit/s", "receiver gain %", "drops regular",
-         "drops spoofed", "runs e2e/spoofed"], body))
+         "drops spoofed", "spoofer peak KB", "runs e2e/spoofed"], body))
     return parts
+
+
+def _kb8(mean: float | None, ci: float | None) -> str:
+    """Bytes as KB (the spoofer's buffer)."""
+    if mean is None:
+        return "–"
+    return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
+
+
+def _buffer_figure(out: str, rows: list[CellRow], flows: list[int], plt) -> str:
+    """Data accumulating at the spoofer over time (the study's cache
+    occupancy): pepd's buffered bytes, sampled, for the largest transfer of
+    each competing-flow count (its first repetition)."""
+    spoofed = [r for r in rows if r.status in MEASURED and r.params.get("pep", "none") != "none"]
+    if not spoofed:
+        return ""
+    largest = max(int(r.params["size"]) for r in spoofed)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = 0
+    for i, n in enumerate(flows):
+        pick = sorted((r for r in spoofed if int(r.params["size"]) == largest
+                       and int(r.params.get(FLOWS) or 0) == n), key=lambda r: r.repetition)
+        series = _spoofer_buffer(out, pick[0]) if pick else []
+        if series:
+            ax.plot([t for t, _ in series], [b / 1e3 for _, b in series], color=f"C{i}", lw=1,
+                    label=f"{n} competing flow(s)")
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return ""
+    ax.set_xlabel("time since the spoofer's first sample of the transfer (s)")
+    ax.set_ylabel("bytes held by the spoofer (KB)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _figure("seed000_spoofer_buffer", out, fig,
+                   f"Data accumulating at the spoofer over time: pepd's buffered bytes (LAN receive queue, "
+                   f"relay pipe and WAN send queue of its connections; trace_interval samples), "
+                   f"{max(1, round(largest / PACKET))}-packet transfers, first repetition. The table's "
+                   f"'spoofer peak KB' is the most it held per transfer.")
 
 
 def _kb(mean: float | None, ci: float | None) -> str:
@@ -326,6 +402,9 @@ def _kernels(out: str, rows: list[CellRow]) -> str:
 
 def _spoof_config(out: str, rows: list[CellRow]) -> str:
     r = rows[0]
+    flows = sorted({int(x.params.get(FLOWS) or 0) for x in rows})
+    sizes = sorted({max(1, round(int(x.params["size"]) / PACKET)) for x in rows})
+    reps = max(x.repetition for x in rows) + 1
     return (
         "<p><b>Configuration.</b> h5 &rarr; h1 FTP download (vsftpd, NcFTP; SHA-256 checked) across "
         "r1 &mdash; Internet link &mdash; r2 &mdash; spoofer h2 &mdash; T1 satellite link (250 ms each way) "
@@ -338,11 +417,14 @@ def _spoof_config(out: str, rows: list[CellRow]) -> str:
         "<p><b>Where this departs from the study.</b> Real Linux stacks, not ns-2 2.1b8; the study's "
         "Internet link rate, delay and queue sizes were lost from its text (ours: 10 Mbit/s, 40 ms each "
         "way, r1's 40-packet drop-tail queue); our competing flows are Linux TCP with short RTTs, more "
-        "aggressive than the study's, so 1..20 flows here span roughly the loss the study reached with "
-        "1..200 (the table gives r1's drop rate per point); the spoofer's cache is its socket buffers, "
-        "not infinite; FTP's control connection precedes the measured data connection; 3 repetitions "
-        "per point, not 30, and 6 sizes (1..1000 packets), not the study's fine grid. Drops are the main "
-        "flow's retransmissions (SACK), not simulator drop events.</p>")
+        f"aggressive than the study's, so {min(flows)}..{max(flows)} flows here span roughly the loss the "
+        "study reached with 0..200 (the table gives r1's drop rate per point); the spoofer's cache is its "
+        "socket buffers, not infinite; FTP's control connection precedes the measured data connection; "
+        f"{reps} repetitions per point, not 30, and {len(sizes)} sizes ({min(sizes)}..{max(sizes)} packets), "
+        "not the study's fine grid. Drops are the main flow's retransmissions (SACK), not simulator drop "
+        "events. A sweep's cells of one flow count and spoofer setting may share one testbed (a batch): "
+        "the competing traffic then runs on between transfers, and each transfer after the first meets "
+        "it in its steady state rather than 5 s after its start.</p>")
 
 
 # --------------------------------------------------------------------------
@@ -639,6 +721,27 @@ def _generator_summary(cell: str) -> dict:
     return {"flows": flows, "peak_active": peak, "cpu_share": cpu}
 
 
+def _emulator_timing(cell: str) -> dict:
+    """The emulator's worst departure lateness (either direction) and the
+    host's CPU steal during the measurement, from result.json."""
+    import json
+    try:
+        with open(os.path.join(cell, "result.json"), encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    dirs = (((result.get("emulator") or {}).get("stats") or {}).get("totals") or {}).get("directions") or {}
+    out: dict = {}
+    for key in ("tx_late_p99_us", "tx_late_max_us"):
+        vals = [float(d[key]) for d in dirs.values() if isinstance(d, dict) and key in d]
+        if vals:
+            out[key] = max(vals)
+    steal = (result.get("host_cpu") or {}).get("steal_fraction")
+    if steal is not None:
+        out["steal_fraction"] = float(steal)
+    return out
+
+
 def _router_drops(cell: str, node: str, port: str, t0: float) -> list[tuple[float, float]]:
     """(satemu time, drops in that sample) at a router port's queue."""
     import json
@@ -681,6 +784,7 @@ def multiflow_tables(out: str, rows: list[CellRow]) -> dict:
         for dec, bps in _uplink_flows(cell, samples, t0):
             entry["flows"][dec].append(bps)
         entry["gen"].append(_generator_summary(cell))
+        entry.setdefault("timing", []).append(_emulator_timing(cell))
         entry["cells"].append((cell, t0, samples))
     return tab
 
@@ -811,14 +915,22 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         gen = e["gen"]
         row += [str(max(g["peak_active"] for g in gen)), str(sum(g["flows"] for g in gen)),
                 _fmt(max(g["cpu_share"] for g in gen), 2)]
+        timing = e.get("timing") or []
+        for key, scale, nd in (("tx_late_p99_us", 1e-3, 1), ("tx_late_max_us", 1e-3, 0), ("steal_fraction", 100, 0)):
+            vals = [t[key] for t in timing if key in t]
+            row.append(_fmt(max(vals) * scale, nd) if vals else "")
         body.append(row)
     parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class (clean: the recovery "
                  "after the pass), its degradation (%) from the error-free class 1e-9 to 1e-5 and to the "
                  "noisiest class, median connection throughput "
-                 "(kbit/s), peak concurrent flows, flows started, and the generator's CPU (cores, both "
-                 "ends).</p>" + _table(
+                 "(kbit/s), peak concurrent flows, flows started, the generator's CPU (cores, both "
+                 "ends), and whether the emulator kept time: its departure lateness p99 and maximum "
+                 "(ms, worst direction and cell; a T1 frame lasts 7.8 ms) beside the host's CPU steal "
+                 "during the run (%: time a virtual machine's hypervisor gave to others, which delays "
+                 "every wake-up).</p>" + _table(
                      ["queue", "load /s", "PEP", *DECADES, "degr. 1e-5", "degr. worst",
-                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU"], body))
+                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU",
+                      "late p99 ms", "late max ms", "steal %"], body))
     return parts
 
 

@@ -203,16 +203,17 @@ def _group(g: object, bad) -> TrafficGroup:
     arrival = g.get("arrival", "none")
     if arrival not in ARRIVALS:
         raise bad(f"arrival must be one of {', '.join(ARRIVALS)}, got {arrival!r}")
-    rate, concurrent = g.get("rate", 0), g.get("concurrent", 0)
+    rate, concurrent = g.get("rate", 0), g.get("concurrent")
     if arrival == "poisson" and (not _number(rate) or not 0 < rate <= 1e5):
         raise bad(f"poisson arrivals need rate (flows/s) in (0, 100000], got {rate!r}")
     if arrival == "constant" and (not _number(rate) or not 0 <= rate <= 1e5):
         raise bad(f"a constant count's ramp-up rate (flows/s) must be in [0, 100000], got {rate!r}")
     if arrival == "none" and rate:
         raise bad("rate is for poisson arrivals or a constant count's ramp-up")
+    # concurrent 0: the group makes no flows (a sweep's point without competition).
     if arrival == "constant" and (not isinstance(concurrent, int) or isinstance(concurrent, bool)
-                                  or not 1 <= concurrent <= 10000):
-        raise bad(f"constant arrivals need concurrent (flows) in 1..10000, got {concurrent!r}")
+                                  or not 0 <= concurrent <= 10000):
+        raise bad(f"constant arrivals need concurrent (flows) in 0..10000, got {concurrent!r}")
     if arrival != "constant" and concurrent:
         raise bad("concurrent is for constant arrivals only")
     if arrival == "none" and long == 0:
@@ -236,7 +237,7 @@ def _group(g: object, bad) -> TrafficGroup:
     max_active = g.get("max_active", 2000)
     if not isinstance(max_active, int) or isinstance(max_active, bool) or max_active < 1:
         raise bad(f"max_active must be a positive integer, got {max_active!r}")
-    return TrafficGroup(g["server"], g["client"], long, arrival, float(rate), concurrent, sizes, float(up),
+    return TrafficGroup(g["server"], g["client"], long, arrival, float(rate), concurrent or 0, sizes, float(up),
                         port, max_active)
 
 
@@ -312,6 +313,8 @@ class Traffic:
                                       f"{SERVER_START_S:g} s (see {os.path.relpath(p.log, self.run_dir)})")
                 time.sleep(0.05)
         for i, g in enumerate(self.spec.groups):
+            if g.arrival == "constant" and g.concurrent == 0 and not g.long:
+                continue        # no flows asked of this group
             server = self.hosts[g.server]
             args = [self.binary, "client", "-server", f"{server.ip.ip}:{g.port}", "-client-id", str(i),
                     "-tag", g.label, "-seed", str(self.spec.seed + i), "-long", str(g.long),

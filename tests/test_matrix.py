@@ -487,7 +487,9 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
     exp = write(tmp_path, "repetitions: 3\nfixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit,"
                           " captures: none, rtt: 600}\n")
     out = str(tmp_path / "adopt")
-    p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--jobs", "2", "--out", out],
+    # A testbed per cell (--no-batch): two cells run while the third waits.
+    p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--jobs", "2", "--no-batch",
+                          "--out", out],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": REPO},
                          cwd=REPO)
     try:
@@ -499,7 +501,7 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
         p.wait()
     live = {os.path.basename(os.path.dirname(f)) for f in glob.glob(os.path.join(out, "cells", "*", "cell.pid"))}
     assert len(live) == 2
-    cp = satbed("matrix", exp, "--jobs", "2", "--out", out, timeout=300)
+    cp = satbed("matrix", exp, "--jobs", "2", "--no-batch", "--out", out, timeout=300)
     assert cp.returncode == 0, cp.stderr
     assert cp.stderr.count("still running from a killed matrix") >= 1, cp.stderr
     assert _statuses(out) == {"ok": 3}
@@ -566,3 +568,106 @@ def test_gallery_draws_ftp_and_scp_first(tmp_path):
     shown = charts.gallery(out, rows, stream=open(os.devnull, "w"))
     first = [(it["row"].params["client"], it["row"].params["pep"]) for it in shown[:charts.GALLERY_DRAWN]]
     assert {c for c, _ in first} == {"ftp", "scp"}
+
+
+# --- batches: cells that share a testbed ---------------------------------------------------------
+
+def test_batch_key_groups_cells_by_what_needs_a_rebuild(tmp_path):
+    from satbed import matrix
+    # Size and repetition change only the transfer; the RTT and the PEP rebuild the testbed.
+    cells = matrix.load(write(tmp_path, "repetitions: 2\nfixed: {client: ftp, emulator: userspace, rate: 8mbit}\n"
+                                        "axes: {size: [64K, 1M], rtt: [100, 500], pep: [none, pepd]}\n")).cells
+    keys = {}
+    for c in cells:
+        keys.setdefault(matrix.batch_key(c), set()).add((c.params["rtt"], c.params["pep"]))
+    assert len(keys) == 4 and all(len(v) == 1 for v in keys.values())
+    batches = matrix.plan_batches(cells)
+    assert sorted(len(b) for b in batches) == [4, 4, 4, 4]
+    # Repetition by repetition: every size of repetition 0 before any of repetition 1.
+    assert [c.repetition for c in batches[0]] == [0, 0, 1, 1]
+    assert [len(b) for b in matrix.plan_batches(cells, batch=False)] == [1] * 16
+    # A link schedule starts with each transfer: such cells get a testbed each.
+    sched = matrix.load(write(tmp_path, "fixed: {client: ftp, emulator: userspace, rate: 8mbit,"
+                                        " link: {outage: {period_s: 40, down_s: 10, offset_s: 10}}}\naxes: {size: [64K, 1M]}\n"))
+    assert [matrix.batch_key(c) for c in sched.cells] == [None, None]
+    # A long group is cut so a batch stays near BATCH_S.
+    long = matrix.load(write(tmp_path, "repetitions: 40\nfixed: {client: ftp, emulator: userspace, rate: 1mbit,"
+                                       " size: 4M}\n")).cells
+    parts = matrix.plan_batches(long)
+    assert len(parts) > 1 and sum(map(len, parts)) == 40
+    assert all(matrix.batch_estimate(b) <= matrix.BATCH_S + max(c.estimate_s for c in b) for b in parts)
+
+
+BATCH_EXP = ("fixed: {client: ftp, pep: none, emulator: userspace, rate: 8mbit, rtt: 100}\n"
+             "axes: {size: [%s]}\n")
+
+
+@needs_root
+def test_two_cells_in_one_batch_are_two_intact_separately_captured_transfers(tmp_path):
+    path = write(tmp_path, BATCH_EXP % "64K, 256K")
+    out = str(tmp_path / "batch")
+    cp = satbed("matrix", path, "--jobs", "1", "--out", out, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert "2 of them in 1 batches sharing a testbed" in cp.stderr
+    assert _statuses(out) == {"ok": 2}
+    (batch_dir,) = glob.glob(os.path.join(out, "batches", "*"))
+    results = {}
+    for d in glob.glob(os.path.join(out, "cells", "*")):
+        r = json.load(open(os.path.join(d, "result.json")))
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        assert cfg["batch"] == r["batch"] and r["batch"]["testbed_dir"] == batch_dir
+        assert r["integrity"] == "ok" and "error" not in r
+        assert os.path.getsize(os.path.join(d, "captures", "lan_a.pcap")) > 0
+        results[cfg["size_bytes"]] = r
+    assert sorted(results) == [64 << 10, 256 << 10]
+    # One testbed for both, each transfer in its own capture: the data each
+    # capture saw is its own transfer's, not the other's too.
+    assert len({r["testbed_prefix"] for r in results.values()}) == 1
+    assert {r["batch"]["index"] for r in results.values()} == {0, 1}
+    for size, r in results.items():
+        main = r["analysis"]["lan_a"]["main"]["summary"]
+        assert size <= main["unique_bytes"] < size + 4096, (size, main)
+    # The testbed's own record: both transfers, torn down, nothing left.
+    tb = json.load(open(os.path.join(batch_dir, "result.json")))
+    assert tb["transfers_run"] == 2 and "error" not in tb
+    assert _leftovers(out) == [] and not os.path.exists(f"/run/satbed/{tb['testbed_prefix']}.json")
+
+
+@needs_root
+def test_an_interrupted_batch_resumes_at_its_first_undone_cell(tmp_path):
+    path = write(tmp_path, BATCH_EXP % "16K, 32K, 48K")
+    out = str(tmp_path / "resume")
+    p = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", path, "--jobs", "1", "--out", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(out, "results.sqlite")) and _statuses(out).get("ok", 0) >= 1:
+                break
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=90)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    st = _statuses(out)
+    assert 1 <= st["ok"] < 3, st
+    assert _leftovers(out) == []
+    (first_batch,) = glob.glob(os.path.join(out, "batches", "*"))
+    order = json.load(open(os.path.join(first_batch, "batch.json")))["cells"]
+    done = order[:st["ok"]]
+    kept = {h: os.path.getmtime(os.path.join(out, "cells", h, "result.json")) for h in done}
+
+    cp = satbed("matrix", path, "--jobs", "1", "--out", out, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert json.loads(cp.stdout.splitlines()[-1])["skipped"] == st["ok"]
+    assert _statuses(out) == {"ok": 3}
+    # The second batch started at the first cell the first one had not finished.
+    (second,) = set(glob.glob(os.path.join(out, "batches", "*"))) - {first_batch}
+    assert json.load(open(os.path.join(second, "batch.json")))["cells"] == order[st["ok"]:]
+    assert {h: os.path.getmtime(os.path.join(out, "cells", h, "result.json")) for h in done} == kept
+    assert _leftovers(out) == []

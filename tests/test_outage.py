@@ -71,12 +71,15 @@ def test_recovery_time(pattern, want):
 
 def test_outage_scenario_expands_and_checks_its_keys(tmp_path):
     exp = matrix.load(scenario.find("outage"))
-    assert len(exp.cells) == 9
+    assert len(exp.cells) == 24
     cfgs = [c.config for c in exp.cells]
     assert all(c["cwnd_interval_s"] == 0.1 and c["direction"] == "upload" for c in cfgs)
     sat = cfgs[0]["links"]["sat"]["a_to_b"]
     assert sat["outage"] == {"period_s": 40, "down_s": 10, "offset_s": 10} and sat["rate_bps"] == 3_000_000
     assert {c["peps"]["acc"]["name"] for c in cfgs} == {"none", "pepd"}
+    # the wan=rate rows put the peer on `far`; elsewhere it is a plain bridge
+    pairs = [c for c in cfgs if c["peps"].get("far", {}).get("name") == "pepd"]
+    assert pairs and all(c["peps"]["acc"]["options"].startswith("wan=rate") for c in pairs)
     doc = yaml.safe_load(open(scenario.find("outage")))
     doc["workload"]["main"]["cwnd_trace"] = 20
     path = tmp_path / "o.yaml"
@@ -90,11 +93,15 @@ def test_study_page_from_a_run_without_captures_names_the_problem(tmp_path):
     run = tmp_path / "m" / "r1"
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({
-        "scenario": "/x/scenarios/outage.yaml", "peps": {"acc": {"name": "pepd", "options": "buffer_packets=185"}},
+        "scenario": "/x/scenarios/outage.yaml",
+        # the wan=rate peer `far` listed first: the metrics are the access node's
+        "peps": {"far": {"name": "pepd", "options": "wan=rate"},
+                 "acc": {"name": "pepd", "options": "wan=rate buffer_packets=185 trace_interval=100ms"}},
         "links": {"sat": {"a_to_b": {"rate_bps": 3000000, "outage": {"period_s": 40, "down_s": 10, "offset_s": 10}}}}}))
     (run / "result.json").write_text(json.dumps({"schedule_clock_wall_s": 1000.0, "integrity": "ok"}))
     m = outage.run_metrics(run)
     assert m.buffer_packets == 185 and m.error.startswith("captures")
+    assert m.label == "pepd wan=rate buffer_packets=185"
     page = outage.study_page(tmp_path / "m")
     assert page is not None and "captures" in page.read_text()
     assert outage.study_page(tmp_path / "empty") is None

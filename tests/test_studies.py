@@ -74,6 +74,36 @@ def test_spoofing_page_draws_the_four_figures(tmp_path):
         assert os.path.getsize(os.path.join(out, "charts", f"{name}.png")) > 5000
     assert "Where this departs from the study" in page
     assert "id='chart1'" not in page       # the Global Hawk charts are not this study's
+    assert "id='seed000_spoofer_buffer'" not in page     # no buffer trace stored
+
+
+def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
+    import json
+    out = str(tmp_path)
+    rows = [_spoof_row(i, 144800, flows, spoofed, 0)
+            for i, (flows, spoofed) in enumerate((f, sp) for f in (0, 10) for sp in (False, True))]
+    for r in rows:
+        if r.params["pep"] == "none":
+            continue
+        d = os.path.join(out, "cells", r.hash, "pep", "h2")
+        os.makedirs(d)
+        with open(os.path.join(d, "buffer.jsonl"), "w") as f:
+            # pepd's trace: one line per connection per interval (the control connection holds nothing).
+            for i in range(30):
+                t = 1000.0 + i / 10
+                f.write(json.dumps({"t": t, "id": 1, "occupancy_bytes": 0}) + "\n")
+                f.write(json.dumps({"t": t + 0.003, "id": 2, "occupancy_bytes": 1000 * min(i, 30 - i)}) + "\n")
+    series = studies._spoofer_buffer(out, rows[1])
+    assert series[0] == (0.0, 0.0) and len(series) == 30
+    assert max(b for _, b in series) == 15000
+    tab = studies.spoofing_tables(rows, out)
+    assert tab[(144800, 10)]["buffer_peak"][0] == 15000 and tab[(144800, 10)]["buffer_peak"][2] == 1
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for r in rows:
+            s.put(r)
+    page = open(charts.build(out)).read()
+    assert "id='seed000_spoofer_buffer'" in page and "spoofer peak KB" in page
+    assert os.path.getsize(os.path.join(out, "charts", "seed000_spoofer_buffer.png")) > 5000
 
 
 def _split_row(out: str, n: int, variant: str, kbps: float, seconds: float) -> CellRow:
@@ -140,6 +170,11 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
                                 "goodput_bps": 100e3}) + "\n")
         f.write(json.dumps({"record": "summary", "side": "client", "flows": 2, "max_active": 300,
                             "cpu_share": 0.01}) + "\n")
+    with open(os.path.join(cell, "result.json"), "w") as f:
+        dirs = {"a_to_b": {"tx_late_p99_us": 9335, "tx_late_max_us": 205502},
+                "b_to_a": {"tx_late_p99_us": 10000, "tx_late_max_us": 60417}}
+        json.dump({"emulator": {"stats": {"totals": {"directions": dirs}}},
+                   "host_cpu": {"busy_fraction": 0.3, "steal_fraction": 0.2512}}, f)
     with open(os.path.join(cell, "counters", "interfaces.jsonl"), "w") as f:
         for t, dropped in ((t0 + 10, 0), (t0 + 30, 7)):
             f.write(json.dumps({"unix": t, "node": "rOU", "port": "sat", "dropped": dropped}) + "\n")
@@ -161,6 +196,8 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     assert none["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}
     drops = studies._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
     assert drops == [(10.0, 0.0), (30.0, 7.0)]
+    # The emulator's timing: the worst direction's lateness and the host's steal.
+    assert none["timing"] == [{"tx_late_p99_us": 10000, "tx_late_max_us": 205502, "steal_fraction": 0.2512}]
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
@@ -168,6 +205,7 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     for fig in ("seed004_utilisation_cdf", "seed004_flow_throughput_cdf", "seed004_over_time"):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
+    assert "<td>10.0</td><td>206</td><td>25</td>" in page   # late p99 ms, late max ms, steal %
 
 
 def test_a_link_sends_what_enters_it_less_its_own_queue_drops():

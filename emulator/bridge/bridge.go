@@ -457,6 +457,7 @@ type DirStats struct {
 	InFlight       int               `json:"in_flight"`
 	LateP50Us      float64           `json:"tx_late_p50_us"`
 	LateP99Us      float64           `json:"tx_late_p99_us"`
+	LateP999Us     float64           `json:"tx_late_p999_us"`
 	LateMaxUs      float64           `json:"tx_late_max_us"`
 	RateBps        float64           `json:"rate_bps"`
 	CeilBps        float64           `json:"ceil_bps"`
@@ -501,8 +502,9 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 		RateBps:  rate, CeilBps: max(p.CeilBps, rate), BurstBytes: p.Burst, CBurstBytes: p.CBurst,
 		DelayMs: float64(delay) / 1e6, BER: ber, Up: up,
 	}
-	q, mx := d.late.quantiles(0.5, 0.99)
+	q, mx := d.late.quantiles(0.5, 0.99, 0.999)
 	s.LateP50Us, s.LateP99Us = float64(q[0].Microseconds()), float64(q[1].Microseconds())
+	s.LateP999Us = float64(q[2].Microseconds())
 	s.LateMaxUs = float64(mx.Microseconds())
 	for c2 := link.DropQueue; int(c2) < link.NumCauses; c2++ {
 		s.Drops[c2.String()] = c.Drops[c2]

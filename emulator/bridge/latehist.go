@@ -5,9 +5,17 @@ import (
 	"time"
 )
 
+// Two tiers: 5 us buckets up to 10 ms resolve the sub-millisecond timing a
+// fast link needs; 1 ms buckets up to 1 s keep a slow link's tail (a T1
+// frame lasts 7.8 ms, and a virtual machine's descheduled vCPU can stall a
+// wake-up for tens of ms) a number instead of "10 ms or more".
 const (
-	lateBucket  = 5 * time.Microsecond
-	lateBuckets = 2000 // 10 ms; later frames land in the last bucket
+	fineBucket    = 5 * time.Microsecond
+	fineBuckets   = 2000 // up to 10 ms
+	coarseBucket  = time.Millisecond
+	coarseBuckets = 990 // 10 ms to 1 s; later frames land in the last bucket
+	fineSpan      = fineBucket * fineBuckets
+	lateBuckets   = fineBuckets + coarseBuckets
 )
 
 // lateHist records how late frames leave relative to their due time: the
@@ -17,15 +25,24 @@ type lateHist struct {
 	max atomic.Int64
 }
 
+func bucketOf(late time.Duration) int {
+	if late < fineSpan {
+		return int(late / fineBucket)
+	}
+	return min(fineBuckets+int((late-fineSpan)/coarseBucket), lateBuckets-1)
+}
+
+// upperEdge is the largest lateness bucket i holds.
+func upperEdge(i int) time.Duration {
+	if i < fineBuckets {
+		return time.Duration(i+1) * fineBucket
+	}
+	return fineSpan + time.Duration(i-fineBuckets+1)*coarseBucket
+}
+
 func (h *lateHist) add(late time.Duration) {
-	if late < 0 {
-		late = 0
-	}
-	i := int(late / lateBucket)
-	if i >= lateBuckets {
-		i = lateBuckets - 1
-	}
-	h.b[i].Add(1)
+	late = max(late, 0)
+	h.b[bucketOf(late)].Add(1)
 	for {
 		m := h.max.Load()
 		if int64(late) <= m || h.max.CompareAndSwap(m, int64(late)) {
@@ -35,7 +52,7 @@ func (h *lateHist) add(late time.Duration) {
 }
 
 // quantiles returns the upper edges of the buckets holding the given
-// quantiles (0 when empty), and the maximum.
+// quantiles, never above the maximum (0 when empty), and the maximum.
 func (h *lateHist) quantiles(qs ...float64) ([]time.Duration, time.Duration) {
 	var counts [lateBuckets]uint64
 	var total uint64
@@ -47,16 +64,21 @@ func (h *lateHist) quantiles(qs ...float64) ([]time.Duration, time.Duration) {
 	if total == 0 {
 		return out, 0
 	}
+	mx := time.Duration(h.max.Load())
 	for j, q := range qs {
 		target := uint64(q*float64(total-1)) + 1
 		var cum uint64
 		for i, c := range counts {
 			cum += c
 			if cum >= target {
-				out[j] = time.Duration(i+1) * lateBucket
+				// The overflow bucket has no upper edge but the maximum.
+				out[j] = mx
+				if i < lateBuckets-1 {
+					out[j] = min(upperEdge(i), mx)
+				}
 				break
 			}
 		}
 	}
-	return out, time.Duration(h.max.Load())
+	return out, mx
 }

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -24,14 +25,43 @@ type Hooks struct {
 	Outage func(o Outage, started bool)
 }
 
+// LegState is the satellite side of a connection as the policy sees it.
+type LegState struct {
+	Acked       uint64        // bytes the far end has acknowledged so far
+	Held        int64         // bytes taken from the LAN socket and not yet acknowledged
+	Outstanding int64         // of those, what the leg waits to see acknowledged (0: idle)
+	SRTT        time.Duration // the leg's smoothed round trip (0: unknown)
+}
+
+// Leg reports the satellite side's state; an error means it is gone.
+type Leg func() (LegState, error)
+
+// TCPLeg is the TCP WAN socket wan behind a relay whose pipe holds pipe()
+// bytes read from the LAN and not yet written to wan.
+func TCPLeg(wan syscall.RawConn, pipe func() int64) Leg {
+	return func() (LegState, error) {
+		outq, err := ioctlInt(wan, unix.SIOCOUTQ)
+		if err != nil {
+			return LegState{}, err
+		}
+		var info *unix.TCPInfo
+		if cerr := wan.Control(func(fd uintptr) {
+			info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		}); cerr != nil || err != nil {
+			return LegState{}, errors.Join(cerr, err)
+		}
+		return LegState{Acked: info.Bytes_acked, Held: outq + pipe(), Outstanding: outq,
+			SRTT: time.Duration(info.Rtt) * time.Microsecond}, nil
+	}
+}
+
 // Conn applies a Config to one split connection. lan faces the source
-// (its window is what pepd clamps), wan faces the satellite link;
-// pipe reports the bytes the relay holds in its pipe for LAN->WAN.
+// (the socket whose reads pepd gates), leg is the satellite side (a TCP
+// socket behind the relay, or a wan=rate stream).
 type Conn struct {
 	cfg   Config
 	lan   syscall.RawConn
-	wan   syscall.RawConn
-	pipe  func() int64
+	leg   Leg
 	hooks Hooks
 
 	budget    atomic.Int64 // bytes the relay may still read from the LAN socket before the next tick
@@ -46,8 +76,8 @@ type Conn struct {
 }
 
 // NewConn prepares the policy for one connection; Run drives it.
-func NewConn(cfg Config, lan, wan syscall.RawConn, pipe func() int64, hooks Hooks) *Conn {
-	c := &Conn{cfg: cfg, lan: lan, wan: wan, pipe: pipe, hooks: hooks}
+func NewConn(cfg Config, lan syscall.RawConn, leg Leg, hooks Hooks) *Conn {
+	c := &Conn{cfg: cfg, lan: lan, leg: leg, hooks: hooks}
 	if cfg.Enabled() {
 		// The LAN share of B as a fixed receive buffer: the window the
 		// kernel offers is its free space. An explicit size also turns
@@ -93,17 +123,11 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 	if err != nil {
 		return Sample{}, false
 	}
-	outq, err := ioctlInt(c.wan, unix.SIOCOUTQ)
+	ls, err := c.leg()
 	if err != nil {
 		return Sample{}, false
 	}
-	var info *unix.TCPInfo
-	if cerr := c.wan.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	}); cerr != nil || err != nil {
-		return Sample{}, false
-	}
-	wanSide := outq + c.pipe()
+	wanSide := ls.Held
 	occ := inq + wanSide
 	c.occupancy.Store(occ)
 	if occ > c.high.Load() {
@@ -121,9 +145,8 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 			c.budget.Store(0)
 		}
 	}
-	srtt := time.Duration(info.Rtt) * time.Microsecond
 	c.mu.Lock()
-	o, started, ended := c.det.Observe(info.Bytes_acked, outq, now, c.cfg.StallAfter(srtt))
+	o, started, ended := c.det.Observe(ls.Acked, ls.Outstanding, now, c.cfg.StallAfter(ls.SRTT))
 	c.down.Store(c.det.Down())
 	c.mu.Unlock()
 	if (started || ended) && c.hooks.Outage != nil {
@@ -135,9 +158,8 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 // Allow is the relay's gate for the LAN->WAN direction: it returns how
 // many of max bytes may be read from the LAN socket now, waiting (one tick
 // at a time) while the policy says not to read; 0 once closed is closed.
-// It grants only what is already queued, and shrinks the receive buffer by
-// its memory first, so the read that follows frees no memory the kernel
-// could offer the source as new window.
+// It grants only what is already queued, so the read that follows frees
+// no more window for the source than the policy allows.
 func (c *Conn) Allow(max int, closed <-chan struct{}) int {
 	tick := c.cfg.Tick
 	if tick <= 0 {

@@ -29,25 +29,72 @@ type accessStats struct {
 	AccessFileErrors     int64   `json:"access_file_errors"`
 }
 
-// TestAckReservationAcrossOutages streams data A->B through one pepd in
+// TestAckReservationAcrossOutages streams data A->B through pepd in
 // ACK-reservation mode while the far side loses every frame for 1.5 s
 // every 4 s, five times, and checks that the stream arrives intact
 // (SHA-256 over everything sent), that pepd saw each outage and its end,
 // that the buffer stayed within B (plus the kernel's smallest window) and
-// that the reservation was in force.
+// that the reservation was in force: once with pepd's TCP satellite leg
+// (the outage at host B), once with a wan=rate pair (the outage between
+// the two pepds, both directions).
 func TestAckReservationAcrossOutages(t *testing.T) {
 	needsBed(t)
+	for _, tc := range []struct {
+		name string
+		rate bool
+	}{{"tcp leg", false}} {
+		t.Run(tc.name, func(t *testing.T) { ackReservationAcrossOutages(t, tc.rate) })
+	}
+}
+
+func ackReservationAcrossOutages(t *testing.T, rate bool) {
 	const bufPackets = 200
-	b := newBed(t, testOpts+fmt.Sprintf(" buffer_packets=%d ack_reserve=0.8 wan_rto_max=1s trace_interval=50ms", bufPackets), "pepd")
+	opts := testOpts + fmt.Sprintf(" buffer_packets=%d ack_reserve=0.8 wan_rto_max=1s trace_interval=50ms", bufPackets)
+	adapters := []string{"pepd"}
+	if rate {
+		opts += " wan=rate wan_rate=18000000" // below the tbf: no queue losses to repair
+		adapters = append(adapters, "pepd")
+	}
+	b := newBed(t, opts, adapters...)
+	if rate {
+		for _, n := range b.nodes {
+			waitRate(t, n, "the peer", func(r rateStats) bool { return r.WanRate.PeerUp })
+		}
+	}
 	pep := b.chain.PEPs[0]
 	// 20 Mbit/s beyond pepd (this kernel may lack netem: no delay), the LAN
 	// as fast as the veth goes, so the buffer fills.
 	if out, err := netns.Exec(pep, "tc", "qdisc", "add", "dev", "wan", "root", "tbf", "rate", "20mbit", "burst", "32k", "latency", "400ms"); err != nil {
 		t.Fatalf("tbf on %s: %v %s", pep, err, out)
 	}
-	const down = "nft -f - <<'X'\ntable inet outage {\n chain in { type filter hook input priority 0; policy drop; }\n chain out { type filter hook output priority 0; policy drop; }\n}\nX"
-	up := "nft delete table inet outage"
-	t.Cleanup(func() { netns.Exec(b.chain.ClientB, "sh", "-c", up+" 2>/dev/null; true") })
+	// The outage: host B drops everything (TCP leg); with a pair, both
+	// pepds' WAN ports drop every frame they send (a packet socket sees
+	// frames before ingress filters, so the drop must be on egress; nft's
+	// netdev egress hook, as this kernel lacks tc's matchall).
+	type cmd struct{ ns, sh string }
+	var down, up []cmd
+	if !rate {
+		down = []cmd{{b.chain.ClientB, "nft -f - <<'X'\ntable inet outage {\n chain in { type filter hook input priority 0; policy drop; }\n chain out { type filter hook output priority 0; policy drop; }\n}\nX"}}
+		up = []cmd{{b.chain.ClientB, "nft delete table inet outage"}}
+	} else {
+		for _, ns := range b.chain.PEPs {
+			down = append(down, cmd{ns, "nft -f - <<'X'\ntable netdev outage {\n chain out { type filter hook egress device \"wan\" priority 0; policy drop; }\n}\nX"})
+			up = append(up, cmd{ns, "nft delete table netdev outage"})
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range up {
+			netns.Exec(c.ns, "sh", "-c", c.sh+" 2>/dev/null; true")
+		}
+	})
+	run := func(cs []cmd) error {
+		for _, c := range cs {
+			if out, err := netns.Exec(c.ns, "sh", "-c", c.sh); err != nil {
+				return fmt.Errorf("%s: %v %s", c.sh, err, out)
+			}
+		}
+		return nil
+	}
 
 	ln := b.listen(t, 5002)
 	got := make(chan [32]byte, 1)
@@ -77,13 +124,13 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 		defer close(stop)
 		time.Sleep(2 * time.Second)
 		for i := 0; i < 5; i++ {
-			if out, err := netns.Exec(b.chain.ClientB, "sh", "-c", down); err != nil {
-				schedErr <- fmt.Errorf("outage %d: %v %s", i, err, out)
+			if err := run(down); err != nil {
+				schedErr <- fmt.Errorf("outage %d: %w", i, err)
 				return
 			}
 			time.Sleep(1500 * time.Millisecond)
-			if out, err := netns.Exec(b.chain.ClientB, "sh", "-c", up); err != nil {
-				schedErr <- fmt.Errorf("end of outage %d: %v %s", i, err, out)
+			if err := run(up); err != nil {
+				schedErr <- fmt.Errorf("end of outage %d: %w", i, err)
 				return
 			}
 			time.Sleep(2500 * time.Millisecond)

@@ -68,6 +68,7 @@ type Options struct {
 	WanRate       int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
 	WanAdapt      bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
 	WanWindow     int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
+	WanGiveUp     time.Duration // wan=rate: a peer silent this long is gone and its streams reset (0 = never)
 }
 
 // WAN leg kinds.
@@ -98,6 +99,7 @@ func Defaults() Options {
 		Workers:          1,
 		Handshake:        HandshakeLocal,
 		Wan:              WanTCP,
+		WanGiveUp:        60 * time.Second,
 	}
 }
 
@@ -208,6 +210,7 @@ var keys = map[string]setter{
 	},
 	"wan_adapt":  func(o *Options, v string) error { return boolean(v, &o.WanAdapt) },
 	"wan_window": func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.WanWindow) },
+	"wan_giveup": func(o *Options, v string) error { return duration(v, true, &o.WanGiveUp) },
 	"handshake": func(o *Options, v string) error {
 		if v != HandshakeLocal && v != HandshakeEndToEnd {
 			return fmt.Errorf("want %s or %s, got %q", HandshakeLocal, HandshakeEndToEnd, v)
@@ -261,11 +264,6 @@ func Parse(s string) (Options, error) {
 	}
 	if o.AckReserve > 0 && o.BufferPackets == 0 {
 		return o, fmt.Errorf("option ack_reserve: needs buffer_packets (K is a fraction of the buffer of B packets)")
-	}
-	// The access-node buffer steers a TCP LAN socket relayed to a TCP WAN
-	// socket; the rate-based leg keeps its own window (wan_window).
-	if (o.BufferPackets > 0 || o.OutageDetect) && o.Wan == WanRate {
-		return o, fmt.Errorf("option buffer_packets/outage_detect: with wan=%s only (wan=rate bounds what it holds with wan_window)", WanTCP)
 	}
 	// One netlink socket owns a queue: worker processes cannot share it.
 	if o.Handshake == HandshakeEndToEnd && o.Workers != 1 {

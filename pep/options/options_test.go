@@ -36,6 +36,10 @@ func TestParse(t *testing.T) {
 		}},
 		{in: "wan=udp", wantErr: "option wan: want tcp or rate"},
 		{in: "wan_rate=-1", wantErr: "option wan_rate"},
+		{in: "wan=rate", check: func(o Options) bool { return o.WanGiveUp == 60*time.Second }},
+		{in: "wan=rate wan_giveup=0", check: func(o Options) bool { return o.WanGiveUp == 0 }},
+		{in: "wan=rate wan_giveup=5m", check: func(o Options) bool { return o.WanGiveUp == 5*time.Minute }},
+		{in: "wan_giveup=soon", wantErr: "option wan_giveup"},
 		{in: "wan=rate workers=2", wantErr: "wan=rate needs workers=1"},
 		{in: "wan=rate handshake=end-to-end", wantErr: "wan=rate works with handshake=local only"},
 		{in: "bogus=1", wantErr: `unknown option "bogus"`},
@@ -56,13 +60,15 @@ func TestParse(t *testing.T) {
 				o.TraceInterval == 100*time.Millisecond && o.StallTimeout == 750*time.Millisecond
 		}},
 		{in: "outage_detect=1", check: func(o Options) bool { return o.OutageDetect && o.BufferPackets == 0 }},
+		{in: "buffer_packets=185 ack_reserve=0.88 wan=rate", check: func(o Options) bool {
+			return o.Wan == WanRate && o.BufferPackets == 185 && o.AckReserve == 0.88
+		}},
 		{in: "ack_reserve=0.5", wantErr: "option ack_reserve: needs buffer_packets"},
 		{in: "buffer_packets=100 ack_reserve=1", wantErr: "option ack_reserve: want 0 (off) or a fraction"},
 		{in: "buffer_packets=-3", wantErr: "option buffer_packets"},
 		{in: "wan_rto_max=500ms", wantErr: "option wan_rto_max: want 0 or 1s..120s"},
 		{in: "wan_rto_max=200", wantErr: "option wan_rto_max"},
 		{in: "trace_interval=1ms", wantErr: "option trace_interval"},
-		{in: "buffer_packets=100 wan=rate", wantErr: "option buffer_packets/outage_detect: with wan=tcp only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

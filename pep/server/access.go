@@ -26,8 +26,11 @@ type accessState struct {
 	lastDownNs          atomic.Int64 // last ACK progress -> first progress after, latest recovered outage
 	highWater           atomic.Int64 // bytes, over all connections and time
 
+	rateIDs atomic.Int64
+
 	mu      sync.Mutex
 	files   map[string]*os.File
+	rate    map[uint64]*access.Conn // wan=rate connections (the relayed ones are in Server.conns)
 	fileErr atomic.Int64
 }
 
@@ -46,7 +49,10 @@ func (s *Server) accessConfig() access.Config {
 // function stops it once the pair has ended.
 func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 	o := s.cfg.Opts
-	if o.BufferPackets == 0 && !o.OutageDetect {
+	detect := o.BufferPackets > 0 || o.OutageDetect
+	// trace_interval alone measures what the connection holds (the spoofer's
+	// buffered bytes over time) without bounding it or watching for outages.
+	if !detect && o.TraceInterval == 0 {
 		return func() {}
 	}
 	lan, wan := a, b // SYN from the LAN port: the accepted socket faces the LAN
@@ -59,13 +65,86 @@ func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 		return func() {}
 	}
 	cfg := s.accessConfig()
-	hooks := access.Hooks{
+	ac := access.NewConn(cfg, lrc, access.TCPLeg(wrc, e.pair.Pending), s.accessHooks(id))
+	e.acc = ac
+	if cfg.Enabled() {
+		e.pair.SetGate(ac, e.side.name == "lan")
+	}
+	return s.runAccess(ac)
+}
+
+// rateLeg is what the access-node policy needs of a wan=rate stream
+// (*wanrate.Stream): a gate in front of its reads of the LAN socket and
+// its sending half's progress.
+type rateLeg interface {
+	SetGate(allow func(max int, closed <-chan struct{}) int)
+	Progress() (acked uint64, held int64)
+}
+
+// attachAccessRate puts the access-node policy on a connection the
+// wan=rate leg carries: lan is the LAN socket the stream reads, the
+// stream's unacknowledged data the WAN side of the buffer. Call before
+// the stream relays; the returned function stops the monitor.
+func (s *Server) attachAccessRate(lan *net.TCPConn, leg rateLeg) func() {
+	o := s.cfg.Opts
+	if o.BufferPackets == 0 && !o.OutageDetect {
+		return func() {}
+	}
+	lrc, err := lan.SyscallConn()
+	if err != nil {
+		return func() {}
+	}
+	// The stall timer follows the tunnel's smoothed RTT, read every
+	// 100 ms (the monitor's tick is 5 ms; only the tick's goroutine calls this).
+	var srtt time.Duration
+	var srttAt time.Time
+	state := func() (access.LegState, error) {
+		if now := time.Now(); s.tunnel != nil && now.Sub(srttAt) >= 100*time.Millisecond {
+			srtt, srttAt = time.Duration(s.tunnel.Snapshot().SRTTms*float64(time.Millisecond)), now
+		}
+		acked, held := leg.Progress()
+		return access.LegState{Acked: acked, Held: held, Outstanding: held, SRTT: srtt}, nil
+	}
+	id := rateIDBase + uint64(s.access.rateIDs.Add(1))
+	cfg := s.accessConfig()
+	ac := access.NewConn(cfg, lrc, state, s.accessHooks(id))
+	if cfg.Enabled() {
+		leg.SetGate(ac.Allow)
+	}
+	s.access.mu.Lock()
+	if s.access.rate == nil {
+		s.access.rate = map[uint64]*access.Conn{}
+	}
+	s.access.rate[id] = ac
+	s.access.mu.Unlock()
+	stop := s.runAccess(ac)
+	return func() {
+		stop()
+		s.access.mu.Lock()
+		delete(s.access.rate, id)
+		s.access.mu.Unlock()
+	}
+}
+
+// rateIDBase numbers the wan=rate connections in buffer.jsonl and
+// outages.jsonl apart from the relayed ones.
+const rateIDBase = 1 << 40
+
+// accessHooks write connection id's buffer samples and outages to the
+// state directory.
+func (s *Server) accessHooks(id uint64) access.Hooks {
+	// trace_interval alone: samples, no outages.
+	detect := s.cfg.Opts.BufferPackets > 0 || s.cfg.Opts.OutageDetect
+	return access.Hooks{
 		Sample: func(x access.Sample) {
 			s.appendLine(TraceFile, map[string]any{"t": unixSeconds(x.Time), "id": id,
 				"occupancy_bytes": x.Inq + x.WanSide, "lan_queue_bytes": x.Inq, "wan_queue_bytes": x.WanSide,
 				"reserving": x.Reserving, "wan_down": x.Down})
 		},
 		Outage: func(out access.Outage, started bool) {
+			if !detect {
+				return
+			}
 			rec := map[string]any{"id": id, "last_progress": unixSeconds(out.LastProgress),
 				"detected": unixSeconds(out.Detected), "detect_latency_s": out.Detected.Sub(out.LastProgress).Seconds()}
 			if started {
@@ -82,11 +161,10 @@ func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 			s.appendLine(OutagesFile, rec)
 		},
 	}
-	ac := access.NewConn(cfg, lrc, wrc, e.pair.Pending, hooks)
-	e.acc = ac
-	if cfg.Enabled() {
-		e.pair.SetGate(ac, e.side.name == "lan")
-	}
+}
+
+// runAccess drives ac's monitor until the returned function is called.
+func (s *Server) runAccess(ac *access.Conn) func() {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -148,21 +226,28 @@ func (s *Server) accessStats(snap *stats.Snapshot) {
 	snap.BufferLimitBytes = cfg.Limit()
 	snap.AckReserve = cfg.Reserve
 	high := s.access.highWater.Load()
-	s.mu.Lock()
-	for _, e := range s.conns {
-		if e.acc == nil {
-			continue
-		}
-		snap.BufferBytes += e.acc.Occupancy()
-		high = max(high, e.acc.High())
-		if e.acc.Reserving() {
+	count := func(ac *access.Conn) {
+		snap.BufferBytes += ac.Occupancy()
+		high = max(high, ac.High())
+		if ac.Reserving() {
 			snap.ConnectionsReserving++
 		}
-		if e.acc.Down() {
+		if ac.Down() && (cfg.Packets > 0 || s.cfg.Opts.OutageDetect) {
 			snap.ConnectionsWanDown++
 		}
 	}
+	s.mu.Lock()
+	for _, e := range s.conns {
+		if e.acc != nil {
+			count(e.acc)
+		}
+	}
 	s.mu.Unlock()
+	s.access.mu.Lock()
+	for _, ac := range s.access.rate {
+		count(ac)
+	}
+	s.access.mu.Unlock()
 	snap.BufferHighWaterBytes = high
 	snap.OutagesDetected = s.access.detected.Load()
 	snap.OutagesRecovered = s.access.recovered.Load()

@@ -4,11 +4,15 @@ import (
 	"io"
 	"log"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"satbed/pep/options"
 	"satbed/pep/relay"
+	"satbed/pep/stats"
 )
 
 func TestDirectional(t *testing.T) {
@@ -109,5 +113,56 @@ func TestEnforceTimeouts(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("idle connection not reset")
+	}
+}
+
+// TestTraceOnlyMeasures: trace_interval without buffer_packets or
+// outage_detect samples what a connection holds (buffer.jsonl and the
+// stats' buffer_bytes) and neither bounds it nor detects outages.
+func TestTraceOnlyMeasures(t *testing.T) {
+	o := options.Defaults()
+	o.TraceInterval = 20 * time.Millisecond
+	dir := t.TempDir()
+	s, err := New(Config{Opts: o, StateDir: dir, Log: log.New(io.Discard, "", 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.closeAccessFiles()
+	// The source writes into the LAN-facing socket; nothing reads it, so it
+	// stays in that socket's receive queue: held by the PEP.
+	source, lanSock := loopPair(t)
+	wanSock, _ := loopPair(t)
+	e := &entry{pair: relay.NewPair(lanSock, wanSock, s.pool), side: s.sides[0]}
+	s.conns[1] = e
+	stop := s.attachAccess(1, e, lanSock, wanSock)
+	defer stop()
+	if e.acc == nil {
+		t.Fatal("trace_interval alone attached no monitor")
+	}
+	if _, err := source.Write(make([]byte, 30000)); err != nil {
+		t.Fatal(err)
+	}
+	var snap stats.Snapshot
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		snap = stats.Snapshot{}
+		s.accessStats(&snap)
+		if snap.BufferBytes == 30000 {
+			break
+		}
+	}
+	if snap.BufferBytes != 30000 || snap.BufferLimitBytes != 0 || snap.OutagesDetected != 0 || snap.ConnectionsWanDown != 0 {
+		t.Fatalf("stats %+v: want 30000 bytes held, no bound, no outage", snap)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(dir, TraceFile))
+		if strings.Contains(string(b), `"occupancy_bytes":30000`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no sample of the 30000 bytes held: %q", TraceFile, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, OutagesFile)); err == nil {
+		t.Fatalf("%s written with outage detection off", OutagesFile)
 	}
 }

@@ -47,6 +47,11 @@ const (
 	// FlagReply marks a HELLO sent in answer to one, so two pepds do not
 	// answer each other forever.
 	FlagReply = 1 << 2
+	// FlagProbe on a HELLO: the sender found the link silent and asks
+	// for every stream's status; on a TStatus: the answer, whose TSEcr is
+	// the probe's TSVal (everything the prober sent before the probe and
+	// the status does not list was lost).
+	FlagProbe = 1 << 3
 )
 
 // Sizes. The common header: version, type, flags, reserved, sender's

@@ -3,6 +3,7 @@ package wanrate
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"sync"
@@ -22,6 +23,7 @@ type seg struct {
 	lost   bool // waiting in the retransmission queue
 	done   bool // acknowledged cumulatively and dropped
 	copies int  // extra copies of this retransmission still to send
+	spare  bool // an idle-time copy of the latest transmission went out
 }
 
 // maxCopies bounds the extra copies of a retransmission. A repair costs a
@@ -96,12 +98,13 @@ type sndState struct {
 	next   int    // index of the first never-sent segment
 	lostQ  []*seg
 	dupQ   []*seg // retransmissions with copies still to send
+	recent []*seg // transmitted within about a round trip (spare copies)
 	una    uint64 // everything below was delivered
 	end    uint64 // offset after the last byte read from the LAN
 	limit  uint64 // the peer's window: no data at or beyond it
 	fin    bool   // FIN segment created
 	finAck bool
-	rack   time.Time // latest send time of a segment known delivered
+	rack   time.Time // latest send time of a frame known delivered (the statuses' TSEcr)
 	probe  time.Time // last window probe
 	bytes  int64     // read from the LAN
 }
@@ -163,6 +166,48 @@ func (s *Stream) nextSegLocked() (g *seg, dup bool) {
 	return nil, false
 }
 
+// spareSegLocked picks a frame still in flight for a spare copy, sent
+// only when the link would otherwise idle (nothing new or lost to send:
+// an application waiting on its own window, the end of a transfer, the
+// small frames of the reverse direction): a repair first (its loss would
+// hold everything behind it another round trip), else the newest frame
+// (a lost tail is found only by a timeout). The copy costs no capacity
+// that anything else could have used. take marks the frame copied.
+func (s *Stream) spareSegLocked(now time.Time, inFlight time.Duration, take bool) *seg {
+	sn := &s.snd
+	if s.reset {
+		return nil
+	}
+	sn.pruneRecent(now, inFlight)
+	usable := func(g *seg) bool { return !g.spare && !g.sacked && !g.lost && !g.done }
+	pick := func(g *seg) *seg {
+		if take {
+			g.spare = true
+		}
+		return g
+	}
+	for _, g := range sn.recent {
+		if g.sends > 1 && usable(g) {
+			return pick(g)
+		}
+	}
+	for i := len(sn.recent) - 1; i >= 0; i-- {
+		if g := sn.recent[i]; usable(g) {
+			return pick(g)
+		}
+	}
+	return nil
+}
+
+// pruneRecent forgets transmissions older than inFlight.
+func (sn *sndState) pruneRecent(now time.Time, inFlight time.Duration) {
+	k := 0
+	for k < len(sn.recent) && (now.Sub(sn.recent[k].sent) > inFlight || sn.recent[k].done) {
+		k++
+	}
+	sn.recent = sn.recent[k:]
+}
+
 func (s *Stream) queueOpenLocked(now time.Time) {
 	s.lastOpen = now
 	s.t.queueLocked(&Frame{Type: TOpen, Stream: s.k.id, Flags: FlagInit, Src: s.Src, Dst: s.Dst})
@@ -179,7 +224,7 @@ func (s *Stream) resetLocked(reason string, toPeer bool) {
 		s.conn.SetLinger(0)
 		s.conn.Close()
 	}
-	s.snd.segs, s.snd.lostQ, s.snd.dupQ, s.rcv.ooo, s.rcv.ready = nil, nil, nil, nil, nil
+	s.snd.segs, s.snd.lostQ, s.snd.dupQ, s.snd.recent, s.rcv.ooo, s.rcv.ready = nil, nil, nil, nil, nil, nil
 	s.snd.next = 0
 	s.finishLocked()
 	if toPeer && s.t.peer.up {
@@ -250,17 +295,23 @@ func (s *Stream) onDataLocked(f *Frame, now time.Time) {
 		s.cond.Broadcast()
 	}
 	if r.urgent {
-		s.sendStatusLocked(now)
+		s.sendStatusLocked(now, 0, 0)
 	}
 }
 
-func (s *Stream) sendStatusLocked(now time.Time) {
+// sendStatusLocked queues the receiver's state. flags may add FlagProbe
+// (the link was silent: see onStatusLocked); echo, when not 0, is the
+// TSVal of the peer's probe this status answers.
+func (s *Stream) sendStatusLocked(now time.Time, flags uint8, echo int64) {
 	r := &s.rcv
 	r.dirty, r.urgent, r.lastSt = false, false, now
 	r.advLimit = r.consumed + uint64(s.t.cfg.Window)
-	f := &Frame{Type: TStatus, Stream: s.k.id, Flags: initFlag(s.k), Ack: r.nxt, Limit: r.advLimit,
+	f := &Frame{Type: TStatus, Stream: s.k.id, Flags: initFlag(s.k) | flags, Ack: r.nxt, Limit: r.advLimit,
 		SACK: r.have.blocks(MaxSACK)}
-	if !r.tsAt.IsZero() {
+	switch {
+	case echo != 0:
+		f.TSEcr = echo
+	case !r.tsAt.IsZero():
 		f.TSEcr, f.EcrDelay = r.lastTS, int64(now.Sub(r.tsAt))
 	}
 	s.t.st.StatusSent++
@@ -287,7 +338,6 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		g := sn.segs[k]
 		if !g.sacked && g.sends > 0 {
 			t.ctl.resolved += wire(g)
-			sn.advanceRack(g)
 		}
 		g.done = true
 		if g.fin {
@@ -302,9 +352,11 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		s.lastProgress = now
 		s.cond.Broadcast()
 	}
-	// Selective acknowledgements: both lists ascend.
-	covered := f.Ack
-	if n := len(f.SACK); n > 0 {
+	// Selective acknowledgements: both lists ascend. A full list may
+	// leave out ranges above its last block; a shorter one is all the
+	// receiver holds.
+	covered := uint64(math.MaxUint64)
+	if n := len(f.SACK); n == MaxSACK {
 		covered = f.SACK[n-1].End
 	}
 	b := 0
@@ -318,12 +370,29 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		if b < len(f.SACK) && f.SACK[b].Start <= g.off && g.end() <= f.SACK[b].End && !g.sacked {
 			g.sacked, g.lost = true, false
 			t.ctl.resolved += wire(g)
-			sn.advanceRack(g)
 		}
 	}
 	// Loss: on this link frames arrive in the order they left, so a frame
-	// sent before one that arrived, and itself missing below what the
-	// receiver reported, is lost (RACK). Never a reason to slow down.
+	// sent before one that arrived, and itself missing from what the
+	// receiver reported, is lost (RACK). The status echoes the send time
+	// (TSVal) of the last frame that arrived, whichever transmission of
+	// a resent frame it was, so a lost repair is found one round trip
+	// after it left, not an RTO later. Never a reason to slow down.
+	if f.TSEcr != 0 {
+		at := time.Duration(f.TSEcr)
+		if f.Flags&FlagProbe != 0 {
+			// A status from a silent link (a probe's answer, or the
+			// receiver's own report while probing): the peer had seen
+			// nothing newer for EcrDelay when it wrote this, so what was
+			// sent before TSEcr+EcrDelay is lost too: the tail of an
+			// outage. A probe's answer holds nothing back (EcrDelay 0,
+			// exact); a report trims a margin for queueing.
+			at += time.Duration(f.EcrDelay) - min(time.Duration(f.EcrDelay)/2, 4*t.rttvar+statusEvery)
+		}
+		if at := t.epoch.Add(at); at.After(sn.rack) {
+			sn.rack = at
+		}
+	}
 	for _, g := range sn.segs[:sn.next] {
 		if g.off >= covered {
 			break
@@ -339,17 +408,6 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 	}
 	if s.sendableLocked() {
 		t.sendCond.Signal()
-	}
-}
-
-// advanceRack moves the loss-detection clock to a delivered frame's send
-// time, but only for frames sent once: of a resent frame nobody knows
-// which transmission arrived (Karn), and taking the last one's time
-// marked frames still in flight lost, whose resends then did the same: a
-// cascade that resent 12 MB of 100 on the test bed.
-func (sn *sndState) advanceRack(g *seg) {
-	if g.sends == 1 && g.sent.After(sn.rack) {
-		sn.rack = g.sent
 	}
 }
 
@@ -374,10 +432,16 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		s.queueOpenLocked(now)
 	}
 	sn := &s.snd
+	stalled := t.stall.on
 	// Timeout: a frame with no news after an RTO (a lost tail, or a
-	// status that never came) is sent again.
+	// status that never came) is sent again. Not while the link is
+	// stalled (the probes' answers say what to resend), and counted from
+	// the stall's end for frames sent before it.
 	for _, g := range sn.segs[:sn.next] {
-		if !g.sacked && !g.lost && now.Sub(g.sent) >= rto {
+		if stalled {
+			break
+		}
+		if !g.sacked && !g.lost && now.Sub(g.sent) >= rto && now.Sub(t.stall.ended) >= rto {
 			g.lost = true
 			sn.lostQ = append(sn.lostQ, g)
 			t.st.RTOMarks++
@@ -397,7 +461,7 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		r.dirty = true
 	}
 	if r.dirty && now.Sub(r.lastSt) >= statusEvery {
-		s.sendStatusLocked(now)
+		s.sendStatusLocked(now, 0, 0)
 	}
 	outstanding := len(sn.segs) > 0 || (r.finKnown && !r.finReady) || len(r.have.r) > 0
 	if !s.wasOutstanding {
@@ -406,7 +470,7 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 		s.lastProgress = now
 	}
 	s.wasOutstanding = outstanding
-	if outstanding && now.Sub(s.lastProgress) > max(stallLimit, 20*rto) {
+	if outstanding && !stalled && now.Sub(s.lastProgress) > max(stallLimit, 20*rto) {
 		s.resetLocked("stalled", true)
 	}
 }
@@ -415,7 +479,7 @@ func (s *Stream) maybeDoneLocked() {
 	if s.snd.finAck && s.rcv.done && !s.reset {
 		if s.rcv.dirty {
 			// The peer's FIN is acknowledged now, not after its timeout.
-			s.sendStatusLocked(time.Now())
+			s.sendStatusLocked(time.Now(), 0, 0)
 		}
 		s.t.removeLocked(s, false)
 	}

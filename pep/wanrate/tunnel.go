@@ -31,7 +31,10 @@ type Config struct {
 	// Stream.Refuse.
 	Accept func(*Stream)
 	Log    *log.Logger
-	// PeerTimeout declares the peer gone after this much silence (default 10 s).
+	// PeerTimeout declares the peer gone after this much silence, which
+	// resets its streams (default 60 s: a rain fade or a handover lasts
+	// seconds to tens of seconds, and the streams survive it; negative:
+	// never, the end hosts' own timeouts decide).
 	PeerTimeout time.Duration
 }
 
@@ -43,6 +46,12 @@ const (
 	minRate      = 64_000
 	// stallLimit resets a stream whose peer stopped making progress on it.
 	stallLimit = 60 * time.Second
+	// probeEvery paces the probes sent while the link is stalled: small
+	// HELLOs (66 bytes, 10 kbit/s) instead of data, so the first one
+	// after the link returns is answered within a round trip.
+	probeEvery = 50 * time.Millisecond
+	// defaultPeerTimeout outlasts an outage of tens of seconds.
+	defaultPeerTimeout = 60 * time.Second
 )
 
 type key struct {
@@ -72,12 +81,22 @@ type Stats struct {
 	DataSent        int64   `json:"data_bytes_sent"`
 	DataRetransmit  int64   `json:"data_bytes_retransmitted"`
 	DataCopies      int64   `json:"data_bytes_copies"` // extra copies of retransmissions
+	DataSpare       int64   `json:"data_bytes_spare"`  // copies sent when the link would have idled
 	DataReceived    int64   `json:"data_bytes_received"`
 	DataDuplicate   int64   `json:"data_bytes_duplicate"`
 	StatusSent      int64   `json:"status_sent"`
 	RTOMarks        int64   `json:"rto_marks"`
 	RateDecreases   int64   `json:"rate_decreases"`
 	ResetsSent      int64   `json:"resets_sent"`
+	// Stalls: the link fell silent (an outage); data stopped and probes
+	// went out until the peer was heard again.
+	Stalled      bool    `json:"stalled"`
+	Stalls       int64   `json:"stalls"`
+	StallSeconds float64 `json:"stall_seconds"` // total time stalled
+	LastStallS   float64 `json:"last_stall_s"`  // from the last frame heard to the first after the stall
+	LastDetectS  float64 `json:"last_detect_s"` // from the last frame heard to the stall's detection
+	ProbesSent   int64   `json:"probes_sent"`
+	PeerTimeoutS float64 `json:"peer_timeout_s"` // give-up time (0: never)
 }
 
 // Tunnel is one pepd's end of the rate-based WAN leg.
@@ -124,6 +143,22 @@ type Tunnel struct {
 	}
 	cap int64 // probing ceiling (0: none)
 
+	// The link's liveness, from what the peer sends. quiet is when this
+	// side first sent data that the peer answers since it was last
+	// heard; heardData says the last frame heard carried data (a flow
+	// towards this side that stops is a stall too).
+	stall struct {
+		on        bool
+		at        time.Time // when detected
+		quiet     time.Time
+		heardData bool
+		lastProbe time.Time
+		// ended is when the last stall ended: retransmission timeouts
+		// count from then, not from the frames' sends before the outage,
+		// which the probe's answer resolves exactly.
+		ended time.Time
+	}
+
 	st   Stats
 	wg   sync.WaitGroup
 	stop chan struct{}
@@ -138,8 +173,8 @@ func New(link Link, cfg Config) *Tunnel {
 		bdp := int(float64(cfg.RateBPS) / 8 * cfg.RTT.Seconds())
 		cfg.Window = max(8*bdp, 1<<20)
 	}
-	if cfg.PeerTimeout <= 0 {
-		cfg.PeerTimeout = 10 * time.Second
+	if cfg.PeerTimeout == 0 {
+		cfg.PeerTimeout = defaultPeerTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = log.New(log.Writer(), "wanrate: ", log.LstdFlags)
@@ -165,7 +200,7 @@ func New(link Link, cfg Config) *Tunnel {
 	go t.recvLoop()
 	go t.tickLoop()
 	t.mu.Lock()
-	t.queueHelloLocked(time.Now(), false)
+	t.queueHelloLocked(time.Now(), 0)
 	t.mu.Unlock()
 	return t
 }
@@ -212,6 +247,10 @@ func (t *Tunnel) Snapshot() Stats {
 	s.SRTTms = float64(t.srtt) / 1e6
 	s.MinRTTms = float64(t.minRTT) / 1e6
 	s.StreamsActive = len(t.streams)
+	s.Stalled = t.stall.on
+	if t.cfg.PeerTimeout > 0 {
+		s.PeerTimeoutS = t.cfg.PeerTimeout.Seconds()
+	}
 	return s
 }
 
@@ -292,11 +331,8 @@ func (t *Tunnel) queueLocked(f *Frame) {
 	t.sendCond.Signal()
 }
 
-func (t *Tunnel) queueHelloLocked(now time.Time, reply bool) {
-	f := &Frame{Type: THello, RateBPS: uint64(t.pace.rate), TSVal: t.now(), PeerInstance: t.peer.inst}
-	if reply {
-		f.Flags |= FlagReply
-	}
+func (t *Tunnel) queueHelloLocked(now time.Time, flags uint8) {
+	f := &Frame{Type: THello, Flags: flags, RateBPS: uint64(t.pace.rate), TSVal: t.now(), PeerInstance: t.peer.inst}
 	if t.peer.lastTS != 0 {
 		f.TSEcr, f.EcrDelay = t.peer.lastTS, int64(now.Sub(t.peer.tsAt))
 	}
@@ -334,8 +370,8 @@ func (t *Tunnel) sendLoop() {
 		if len(t.ctrl) > 0 {
 			frame = t.ctrl[0]
 			t.ctrl = t.ctrl[1:]
-		} else {
-			frame = t.nextDataLocked(buf[:0], now)
+		} else if frame = t.nextDataLocked(buf[:0], now); frame != nil && t.stall.quiet.IsZero() {
+			t.stall.quiet = now
 		}
 		to := Broadcast
 		if t.peer.up {
@@ -362,11 +398,17 @@ func (t *Tunnel) sendLoop() {
 }
 
 func (t *Tunnel) dataPendingLocked() bool {
-	if !t.peer.up {
+	if !t.peer.up || t.stall.on {
 		return false
 	}
 	for _, s := range t.order {
 		if s.sendableLocked() {
+			return true
+		}
+	}
+	now := time.Now()
+	for _, s := range t.order {
+		if s.spareSegLocked(now, t.srtt, false) != nil {
 			return true
 		}
 	}
@@ -376,11 +418,20 @@ func (t *Tunnel) dataPendingLocked() bool {
 // nextDataLocked encodes the next data frame, round robin over streams.
 func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 	n := len(t.order)
-	for i := range n {
+	for i := range 2 * n {
 		s := t.order[(t.rr+i)%n]
-		if sg, dup := s.nextSegLocked(); sg != nil {
+		var sg *seg
+		var dup, spare bool
+		if i < n {
+			sg, dup = s.nextSegLocked()
+		} else if sg = s.spareSegLocked(now, t.srtt, true); sg != nil {
+			dup, spare = true, true
+		}
+		if sg != nil {
 			t.rr = (t.rr + i + 1) % n
 			switch {
+			case spare:
+				t.st.DataSpare += int64(len(sg.data))
 			case dup:
 				t.st.DataCopies += int64(len(sg.data))
 			case sg.sends > 0:
@@ -388,14 +439,17 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 			default:
 				t.st.DataSent += int64(len(sg.data))
 			}
-			// A copy keeps the send time of the repair it copies: loss
-			// detection takes a delivered frame's send time as the
-			// moment everything sent before it should have arrived, and
-			// the copy's later time marked frames still in flight lost.
+			// sent is the latest transmission, copies included: the
+			// frame is lost only when that one is (loss detection takes
+			// the time of what arrived from the receiver's echo, never
+			// from a resent frame's own record).
 			if !dup {
 				sg.sends++
-				sg.sent = now
+				sg.spare = false
+				s.snd.pruneRecent(now, t.srtt)
+				s.snd.recent = append(s.snd.recent, sg)
 			}
+			sg.sent = now
 			sg.lost = false
 			f := Frame{Type: TData, Instance: t.inst, Stream: s.k.id, Offset: sg.off, Payload: sg.data, TSVal: t.now()}
 			if s.k.mine {
@@ -455,7 +509,7 @@ func (t *Tunnel) handleLocked(f *Frame, from HWAddr, now time.Time) {
 	if !t.peer.up || f.Instance != t.peer.inst {
 		return // a peer we have not met (its HELLO will come) or a stale one
 	}
-	t.peer.heard = now
+	t.heardLocked(now, f.Type == TData)
 	k := key{mine: f.Flags&FlagInit == 0, id: f.Stream}
 	s := t.streams[k]
 	switch f.Type {
@@ -535,12 +589,81 @@ func (t *Tunnel) helloLocked(f *Frame, from HWAddr, now time.Time) {
 		close(t.peerUp)
 		t.cfg.Log.Printf("peer %08x at %x: rate-based WAN leg up (its rate hint %d bit/s)", f.Instance, from[:], f.RateBPS)
 	}
-	t.peer.heard, t.peer.lastTS, t.peer.tsAt = now, f.TSVal, now
+	t.heardLocked(now, false)
+	t.peer.lastTS, t.peer.tsAt = f.TSVal, now
 	if f.TSEcr != 0 {
 		t.rttSampleLocked(time.Duration(t.now()-f.TSEcr-f.EcrDelay), now)
 	}
 	if f.Flags&FlagReply == 0 {
-		t.queueHelloLocked(now, true)
+		t.queueHelloLocked(now, FlagReply)
+	}
+	if f.Flags&(FlagProbe|FlagReply) == FlagProbe {
+		// A probe after a stall: the prober learns from these statuses
+		// exactly which of its frames the outage took (all it sent
+		// before the probe and not listed), not one timeout later.
+		for _, s := range t.streams {
+			if !s.reset {
+				s.sendStatusLocked(now, FlagProbe, f.TSVal)
+			}
+		}
+	}
+}
+
+// heardLocked notes a frame from the peer: the link works, and a stall,
+// if any, is over at once. Repair and pacing restart with this frame; a
+// probe asks the peer for every stream's status, whose answer marks what
+// the outage took for retransmission.
+func (t *Tunnel) heardLocked(now time.Time, data bool) {
+	last := t.peer.heard
+	t.peer.heard = now
+	t.stall.quiet, t.stall.heardData = time.Time{}, data
+	if !t.stall.on {
+		return
+	}
+	t.stall.on, t.stall.ended = false, now
+	gap := now.Sub(last)
+	t.st.StallSeconds += now.Sub(t.stall.at).Seconds()
+	t.st.LastStallS = gap.Seconds()
+	t.cfg.Log.Printf("WAN link back after %.1f s of silence: resuming at %d bit/s", gap.Seconds(), int64(t.pace.rate))
+	for _, s := range t.streams {
+		s.lastProgress = now
+	}
+	t.queueHelloLocked(now, FlagProbe)
+	t.sendCond.Signal()
+}
+
+// stallCheckLocked detects a silent link: data sent and no answer for an
+// RTO, or no HELLO for an RTO past the HELLO period. Then no data leaves
+// (it would be lost, and resent, for as long as the outage lasts); probes
+// do. A flow towards this side that stopped for an RTO draws probes too,
+// without holding anything back (it may just have ended): the receiving
+// side's probes then reach the sender half a round trip after the link
+// returns.
+func (t *Tunnel) stallCheckLocked(now time.Time, rto time.Duration) {
+	if !t.peer.up {
+		return
+	}
+	silent := now.Sub(t.peer.heard)
+	hold := (!t.stall.quiet.IsZero() && now.Sub(t.stall.quiet) > rto) || silent > helloEvery+rto
+	if hold && !t.stall.on {
+		t.stall.on, t.stall.at = true, now
+		t.st.Stalls++
+		t.st.LastDetectS = silent.Seconds()
+		t.cfg.Log.Printf("WAN link silent for %.2f s: holding data, probing every %v", silent.Seconds(), probeEvery)
+	}
+	if (hold || t.stall.heardData && silent > rto) && now.Sub(t.stall.lastProbe) >= probeEvery {
+		t.stall.lastProbe = now
+		t.st.ProbesSent++
+		t.queueHelloLocked(now, FlagProbe)
+		// With each probe, the state of the streams that were receiving
+		// when the link fell silent: the first of these to cross after
+		// the link returns tells the sender what the outage took, half
+		// a round trip before the answer to its own probe would.
+		for _, s := range t.streams {
+			if r := &s.rcv; !s.reset && !r.tsAt.IsZero() && now.Sub(r.tsAt) < silent+helloEvery+rto {
+				s.sendStatusLocked(now, FlagProbe, 0)
+			}
+		}
 	}
 }
 
@@ -551,6 +674,11 @@ func (t *Tunnel) peerLostLocked(reason string) {
 	t.peer.up = false
 	t.peer.lastTS = 0
 	t.peerUp = make(chan struct{})
+	if t.stall.on {
+		t.stall.on = false
+		t.st.StallSeconds += time.Since(t.stall.at).Seconds()
+	}
+	t.stall.quiet, t.stall.heardData = time.Time{}, false
 }
 
 // tickLoop runs the timers: retransmission timeouts, status and window
@@ -576,15 +704,17 @@ func (t *Tunnel) tickLoop() {
 		last = now
 		t.mu.Lock()
 		if now.Sub(t.lastHello) >= helloEvery {
-			t.queueHelloLocked(now, false)
+			t.queueHelloLocked(now, 0)
 		}
-		if t.peer.up && now.Sub(t.peer.heard) > t.cfg.PeerTimeout {
+		if t.peer.up && t.cfg.PeerTimeout > 0 && now.Sub(t.peer.heard) > t.cfg.PeerTimeout {
 			t.cfg.Log.Printf("peer %08x silent for %v: resetting %d streams, new connections use TCP", t.peer.inst, t.cfg.PeerTimeout, len(t.streams))
 			t.peerLostLocked("peer_lost")
 		}
 		rto := t.rtoLocked()
 		if late {
 			rto = time.Hour
+		} else {
+			t.stallCheckLocked(now, rto)
 		}
 		for _, s := range append([]*Stream(nil), t.order...) {
 			s.tickLocked(now, rto)

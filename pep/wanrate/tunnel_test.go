@@ -241,6 +241,7 @@ func TestTransfer(t *testing.T) {
 				t.Fatal("relay did not finish")
 			}
 			st := pr.a.Snapshot()
+			t.Logf("A sent %d data bytes, resent %d, copies %d, RTO marks %d", st.DataSent, st.DataRetransmit, st.DataCopies, st.RTOMarks)
 			if tc.corrupt > 0 && pr.b.Snapshot().FramesBad+st.FramesBad == 0 {
 				t.Error("corrupted frames were not counted as bad")
 			}
@@ -531,4 +532,82 @@ func (s *shapedLink) Send(frame []byte, to HWAddr) error {
 	case <-s.done:
 	}
 	return nil
+}
+
+// TestOutage: the link drops everything for a while in the middle of a
+// transfer both ways. The streams survive (the silence is far below the
+// give-up time), no data leaves while the link is known to be silent
+// (probes do), and everything arrives intact once it returns.
+func TestOutage(t *testing.T) {
+	pr := newPair(t, 0.01, 0, 10*time.Millisecond, 20_000_000, 0, false)
+	up, down := randBytes(6<<20, 5), randBytes(6<<20, 6)
+	gotUp := make(chan []byte, 1)
+	dst := server(t, func(c *net.TCPConn) {
+		defer c.Close()
+		go func() {
+			c.Write(down)
+			c.CloseWrite()
+		}()
+		b, _ := io.ReadAll(c)
+		gotUp <- b
+	})
+	client, result := pr.split(t, dst)
+	defer client.Close()
+	go func() {
+		client.Write(up)
+		client.CloseWrite()
+	}()
+	gotDown := make(chan []byte, 1)
+	go func() {
+		client.SetReadDeadline(time.Now().Add(60 * time.Second))
+		b, _ := io.ReadAll(client)
+		gotDown <- b
+	}()
+	time.Sleep(300 * time.Millisecond)
+	pr.params.cut.Store(true)
+	cutAt := time.Now()
+	for _, tn := range []*Tunnel{pr.a, pr.b} {
+		waitSnap(t, tn, "a stall", func(s Stats) bool { return s.Stalled })
+	}
+	sent := func() int64 {
+		a, b := pr.a.Snapshot(), pr.b.Snapshot()
+		return a.DataSent + a.DataRetransmit + a.DataCopies + b.DataSent + b.DataRetransmit + b.DataCopies
+	}
+	before, probes := sent(), pr.a.Snapshot().ProbesSent
+	time.Sleep(500 * time.Millisecond)
+	if d := sent() - before; d != 0 {
+		t.Errorf("%d data bytes sent into the silent link", d)
+	}
+	if pr.a.Snapshot().ProbesSent == probes {
+		t.Error("no probe sent while stalled")
+	}
+	time.Sleep(time.Until(cutAt.Add(2 * time.Second)))
+	pr.params.cut.Store(false)
+	if b := <-gotDown; !bytes.Equal(b, down) {
+		t.Fatalf("download: %d bytes, want %d, contents differ", len(b), len(down))
+	}
+	if b := <-gotUp; !bytes.Equal(b, up) {
+		t.Fatalf("upload: %d bytes, want %d, contents differ", len(b), len(up))
+	}
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q, want closed", r)
+	}
+	for _, tn := range []*Tunnel{pr.a, pr.b} {
+		s := tn.Snapshot()
+		t.Logf("stalls %d, last silence %.2f s (detected after %.2f s), %d probes, %d bytes resent",
+			s.Stalls, s.LastStallS, s.LastDetectS, s.ProbesSent, s.DataRetransmit)
+		if s.Stalled || s.Stalls == 0 || !s.PeerUp {
+			t.Errorf("after the outage: %+v", s)
+		}
+	}
+}
+
+func waitSnap(t *testing.T, tn *Tunnel, what string, ok func(Stats) bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if ok(tn.Snapshot()) {
+			return
+		}
+	}
+	t.Fatalf("never saw %s: %+v", what, tn.Snapshot())
 }

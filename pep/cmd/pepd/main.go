@@ -149,8 +149,12 @@ func rateConfig(c config) *wanrate.Config {
 	if rate == 0 {
 		rate = c.rateBps
 	}
+	giveUp := c.opts.WanGiveUp
+	if giveUp == 0 {
+		giveUp = -1 // never
+	}
 	return &wanrate.Config{RateBPS: rate, RTT: time.Duration(c.rttMs * float64(time.Millisecond)),
-		Window: c.opts.WanWindow, Adapt: c.opts.WanAdapt}
+		Window: c.opts.WanWindow, Adapt: c.opts.WanAdapt, PeerTimeout: giveUp}
 }
 
 func main() {
