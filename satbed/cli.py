@@ -92,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
                                       "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds",
                                       "keystrokes", "keystroke_ms_avg", "keystroke_ms_p50",
-                                      "time_limited", "prefix_integrity") if k in result}
+                                      "time_limited", "prefix_integrity", "cpu_client_s", "cpu_server_s")
+               if k in result}
     print(json.dumps(summary, sort_keys=True))
     if result.get("time_limited"):
         print(f"satbed: time limit: {args.client} stopped after {result['seconds']:.0f} s with "

@@ -27,7 +27,11 @@ from satbed.errors import SatbedError
 from satbed.proc import last_line
 from satbed.records import RunRecord, netns_inode
 
-OFFLOADS = ("tso", "gso", "gro", "tx")   # tx: checksum offload; raw sockets would see partial sums
+# Off on every port, so the emulator and captures see the packets of the
+# wire: tx is checksum offload (raw sockets would see partial sums);
+# tx-udp-segmentation lets a veth carry a UDP GSO datagram (Saratoga's
+# batches, up to 64 KB) to the emulator uncut.
+OFFLOADS = ("tso", "gso", "gro", "tx", "tx-udp-segmentation")
 
 
 class Intf:
@@ -45,7 +49,8 @@ class Intf:
         for line in out.splitlines():
             key, _, value = line.partition(":")
             if key.strip() in ("tcp-segmentation-offload", "generic-segmentation-offload",
-                               "generic-receive-offload", "tx-checksumming", "rx-checksumming"):
+                               "generic-receive-offload", "tx-checksumming", "rx-checksumming",
+                               "tx-udp-segmentation"):
                 state[key.strip()] = value.split()[0] if value.split() else ""
         return state
 
@@ -176,7 +181,7 @@ class Node:
 
     def prepare_intf(self, intf: Intf, mtu: int) -> None:
         self.run(["ip", "link", "set", intf.name, "mtu", str(mtu)])
-        self.run(["ethtool", "-K", intf.name, "tso", "off", "gso", "off", "gro", "off", "tx", "off"])
+        self.run(["ethtool", "-K", intf.name, *(a for o in OFFLOADS for a in (o, "off"))])
         self.run(["ip", "link", "set", intf.name, "up"])
 
     def stop(self) -> None:
