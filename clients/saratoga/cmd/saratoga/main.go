@@ -139,7 +139,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 			beacons = append(beacons, ua)
 		}
 	}
-	conn, err := net.ListenPacket("udp", *listen)
+	conn, err := saratoga.ListenUDP("udp", *listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
