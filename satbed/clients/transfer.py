@@ -145,9 +145,8 @@ def listening(node: Node, port: int, proto: str = "tcp") -> bool:
     """Is a socket in the node's namespace listening on (TCP) or bound to (UDP)
     the port? /proc/PID/net shows the namespace of PID, so no process is spawned."""
     try:
-        with open(f"/proc/{node.pid}/net/{proto}", encoding="ascii") as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
+        rows = node.sandbox.proc_net(proto).splitlines()[1:]
+    except (OSError, SatbedError):
         return False
     for row in rows:
         cols = row.split()
@@ -469,11 +468,14 @@ def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
         return
     tree = _descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in [*tree, proc.pid]:
+        for pid in tree:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+        # Through the Popen: a program on a machine (satbed.ansible) is
+        # signalled there, not only its local ssh client.
+        proc.send_signal(sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if proc.poll() is not None and not any(_alive(p) for p in tree):
