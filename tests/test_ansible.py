@@ -152,6 +152,11 @@ class Bed:
         return docker.docker("exec", self.containers[node], *args, check=False)
 
     def down(self) -> None:
+        # Ansible's multiplexed SSH connections would outlive the machines by a minute.
+        cp_dir = os.path.join(self.workdir, "cp")
+        for sock in os.listdir(cp_dir) if os.path.isdir(cp_dir) else []:
+            subprocess.run(["ssh", "-o", f"ControlPath={os.path.join(cp_dir, sock)}", "-O", "exit", "machine"],
+                           capture_output=True, timeout=15)
         for name in self.containers.values():
             docker.docker("rm", "-f", name, check=False, timeout=60)
         docker.docker("network", "rm", self.network, check=False, timeout=60)
@@ -221,3 +226,37 @@ def test_ansible_lint_passes():
                         text=True, timeout=300, cwd=REPO, env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-4000:]
 
+
+def _inventory_with(bed, path: str, **changes: dict) -> str:
+    with open(bed.inventory, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    for group in doc["all"]["children"].values():
+        for host, hv in group["hosts"].items():
+            hv.update(changes.get(host, {}))
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(doc, f)
+    return path
+
+
+@needs_root
+@needs_docker
+@needs_ansible
+def test_bad_inventories_say_one_line(bed, tmp_path):
+    if not bed.applied:
+        pytest.skip("the site playbook did not apply")
+    cases = {
+        "no such file": (str(tmp_path / "missing.yml"), "no inventory file"),
+        "no machine for a node": (_inventory_with(bed, str(tmp_path / "nodes.yml"),
+                                                  pepB={"satbed_node": "nothing"}), "no machine for node pepB"),
+        "unreachable": (_inventory_with(bed, str(tmp_path / "down.yml"),
+                                        clientB={"ansible_host": "127.0.0.1", "ansible_port": 9}),
+                        "clientB (127.0.0.1): unreachable over SSH"),
+        "role missing": (_inventory_with(bed, str(tmp_path / "role.yml"),
+                                         pepB={"ansible_host": bed.addresses["clientB"]}),
+                         "pepB: role transparent_bridge, pep not applied"),
+    }
+    for case, (inventory, said) in cases.items():
+        cp = satbed("run", "--backend", "ansible", "--inventory", inventory, "--client", "ping",
+                    "--out", bed.runs_dir, timeout=120)
+        lines = cp.stderr.strip().splitlines()
+        assert cp.returncode == 2 and len(lines) == 1 and said in lines[0], (case, cp.stderr)
