@@ -272,6 +272,28 @@ def test_report_without_throughput_still_has_three_charts(tmp_path):
     assert page.count("class='chart'") == 3
 
 
+def test_report_and_csv_carry_cpu_per_gb(tmp_path):
+    """Cells that recorded both ends' CPU time show it per GB in the summary
+    (mean over repetitions) and as seconds in results.csv."""
+    from satbed import charts
+    from satbed.store import CellRow, Store
+    out = str(tmp_path / "cpu")
+    os.makedirs(out)
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for rep, client_s in enumerate((0.5, 0.7)):
+            s.put(CellRow(hash=f"{rep:016x}", experiment="cpu",
+                          params={"client": "saratoga", "pep": "none", "rtt": 600.0, "ber": 0.0, "size": 20_000_000,
+                                  "direction": "download"},
+                          config={}, repetition=rep, status="ok", goodput_bps=7e6,
+                          metrics={"bytes": 20_000_000, "cpu_client_s": client_s, "cpu_server_s": 0.3}))
+    page = open(charts.build(out)).read()
+    assert "CPU s per GB (both ends)" in page and "<td>45.0</td>" in page     # (0.8 + 1.0) / 2 / 0.02
+    rows = open(os.path.join(out, "results.csv")).read().splitlines()
+    head = rows[0].split(",")
+    assert rows[1].split(",")[head.index("cpu_client_s")] == "0.5"
+    assert rows[1].split(",")[head.index("cpu_server_s")] == "0.3"
+
+
 def test_wall_estimate_interpolates_measured_cells(tmp_path):
     from satbed import matrix
     out = str(tmp_path / "m")

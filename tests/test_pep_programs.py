@@ -3,15 +3,19 @@ reference gateway.
 
 Without the real programs, CI runs our stand-ins (tests/standins/), which
 behave as the real ones do where the adapters depend on it: PEPsal exits 1
-silently when the open-file limit it sets is refused and connects upstream
-from the node's own address; the SCPS gateway opens two taps and builds its
-bridges with brctl and ifconfig. With SATBED_PEPSAL_BIN / SATBED_SCPS_BIN
-pointing at real builds (docker/README.md), the last tests run them."""
+silently when the open-file limit it sets is refused, connects upstream
+from the node's own address and ends a connection at its first FIN; the
+SCPS gateway opens two taps, builds its bridges with brctl and ifconfig and
+splits TCP (the tests assert the split: LAN-side handshake short, other
+sequence numbers on the WAN, data intact by SHA-256). With
+SATBED_PEPSAL_BIN / SATBED_SCPS_BIN pointing at real builds
+(docker/README.md), the last tests run them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -81,6 +85,13 @@ def run_result(cp: subprocess.CompletedProcess) -> tuple[str, dict, dict]:
     lines = cp.stdout.strip().splitlines()
     with open(os.path.join(lines[0], "result.json"), encoding="utf-8") as f:
         return lines[0], json.loads(lines[-1]), json.load(f)
+
+
+def syn_seqs(pcap: str, src: str) -> set[int]:
+    """Initial sequence numbers of the SYNs from src in a capture."""
+    out = subprocess.run(["tcpdump", "-nn", "-S", "-r", pcap, f"src host {src} and tcp[tcpflags] & tcp-syn != 0 "
+                          "and tcp[tcpflags] & tcp-ack == 0"], capture_output=True, text=True).stdout
+    return {int(m) for m in re.findall(r"Flags \[S[^\]]*\], seq (\d+)", out)}
 
 
 def syns_from(pcap: str, src: str) -> int:
@@ -267,11 +278,20 @@ def test_scps_gateway_bridges_and_is_counted(tmp_path):
                 "--out", str(tmp_path / "runs"), env={"SATBED_SCPS_BIN": f"{STANDINS}/scps-gateway"},
                 timeout=600)
     run_dir, summary, result = run_result(cp)
-    assert summary["integrity"] == "ok"
+    assert summary["integrity"] == "ok" and result["sha256"] == result["sha256_expected"]
     nodes = result["pep"]["nodes"]
     assert all(n["running"] is True and n["connections_split"] >= 1 for n in nodes.values()), nodes
     # The stand-in's SYNs leave its taps as the real gateway's do: counted.
     assert all(after > before for before, after in result["split_proof"]["connections_split"].values())
+    # And it splits, as the real gateway does: each end host's handshake is
+    # answered by its own gateway, well inside the 100 ms link ...
+    assert summary["tcp_connect_ms"] < 50, summary
+    assert all(leg["connect_ms"] < 50 for leg in result["split_proof"]["legs"]), result["split_proof"]
+    # ... and the SYNs crossing the satellite link are the gateway's own:
+    # same addresses, other initial sequence numbers.
+    caps = os.path.join(run_dir, "captures")
+    lan, wan = syn_seqs(f"{caps}/lan_a.pcap", "10.99.99.2"), syn_seqs(f"{caps}/wan_a.pcap", "10.99.99.2")
+    assert lan and wan and not lan & wan, (lan, wan)
     assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000
     with open(os.path.join(run_dir, "pep", "pepA", "scps.log"), encoding="utf-8") as f:
         log = f.read()
@@ -346,3 +366,6 @@ def test_real_scps_gateway_splits(tmp_path, ber):
     assert nodes["pepA"]["syns_from_lan"] >= 1 and nodes["pepB"]["syns_from_wan"] >= 1
     assert nodes["pepA"]["bytes_wan_to_lan"] > 2_000_000
     assert_split_proven(result)
+    caps = os.path.join(run_dir, "captures")
+    lan, wan = syn_seqs(f"{caps}/lan_a.pcap", "10.99.99.2"), syn_seqs(f"{caps}/wan_a.pcap", "10.99.99.2")
+    assert lan and wan and not lan & wan, (lan, wan)

@@ -69,6 +69,7 @@ type Options struct {
 	WanAdapt      bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
 	WanWindow     int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
 	WanGiveUp     time.Duration // wan=rate: a peer silent this long is gone and its streams reset (0 = never)
+	WanFrame      int           // wan=rate: largest data frame in bytes (0 = from the link's BER, at most the MTU)
 }
 
 // WAN leg kinds.
@@ -211,6 +212,13 @@ var keys = map[string]setter{
 	"wan_adapt":  func(o *Options, v string) error { return boolean(v, &o.WanAdapt) },
 	"wan_window": func(o *Options, v string) error { return intRange(v, 0, 1<<30, &o.WanWindow) },
 	"wan_giveup": func(o *Options, v string) error { return duration(v, true, &o.WanGiveUp) },
+	"wan_frame": func(o *Options, v string) error {
+		if v == "0" {
+			o.WanFrame = 0
+			return nil
+		}
+		return intRange(v, 256, 65535, &o.WanFrame)
+	},
 	"handshake": func(o *Options, v string) error {
 		if v != HandshakeLocal && v != HandshakeEndToEnd {
 			return fmt.Errorf("want %s or %s, got %q", HandshakeLocal, HandshakeEndToEnd, v)

@@ -40,6 +40,8 @@ func TestParse(t *testing.T) {
 		{in: "wan=rate wan_giveup=0", check: func(o Options) bool { return o.WanGiveUp == 0 }},
 		{in: "wan=rate wan_giveup=5m", check: func(o Options) bool { return o.WanGiveUp == 5*time.Minute }},
 		{in: "wan_giveup=soon", wantErr: "option wan_giveup"},
+		{in: "wan=rate wan_frame=800", check: func(o Options) bool { return o.WanFrame == 800 }},
+		{in: "wan_frame=100", wantErr: "option wan_frame"},
 		{in: "wan=rate workers=2", wantErr: "wan=rate needs workers=1"},
 		{in: "wan=rate handshake=end-to-end", wantErr: "wan=rate works with handshake=local only"},
 		{in: "bogus=1", wantErr: `unknown option "bogus"`},

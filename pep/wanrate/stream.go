@@ -544,7 +544,7 @@ func (s *Stream) Bytes() (lanToWan, wanToLan int64) {
 // window closes instead of data piling up here.
 func (s *Stream) lanToWan(conn *net.TCPConn) {
 	t := s.t
-	mss := t.link.MTU() - DataOverhead
+	mss := t.cfg.FrameBytes - DataOverhead
 	buf := make([]byte, 64<<10)
 	for {
 		t.mu.Lock()

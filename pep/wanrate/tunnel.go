@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log"
+	"math"
 	"net/netip"
 	"sync"
 	"time"
@@ -23,6 +24,14 @@ type Config struct {
 	// hinted BDP, at least 1 MiB: with 11 % of frames lost a hole waits one
 	// round trip, a lost repair two or more, while the rest keeps coming).
 	Window int
+	// BER is the link's bit-error rate hint (SATBED_BER). With FrameBytes
+	// 0 it sizes the data frames: at 1e-5 a full 1,514-byte frame is lost
+	// 11 % of the time, one of about 780 bytes 6 %, which carries more
+	// payload per second despite its headers (FrameForBER).
+	BER float64
+	// FrameBytes is the largest data frame (tunnel header included,
+	// Ethernet header not); 0 picks it from BER, at most the link's MTU.
+	FrameBytes int
 	// Adapt follows the path: pacing drops when queueing delay appears
 	// (the link got slower) and probes back up when it is gone.
 	Adapt bool
@@ -97,6 +106,7 @@ type Stats struct {
 	LastDetectS  float64 `json:"last_detect_s"` // from the last frame heard to the stall's detection
 	ProbesSent   int64   `json:"probes_sent"`
 	PeerTimeoutS float64 `json:"peer_timeout_s"` // give-up time (0: never)
+	FrameBytes   int     `json:"frame_bytes"`    // largest data frame
 }
 
 // Tunnel is one pepd's end of the rate-based WAN leg.
@@ -176,6 +186,10 @@ func New(link Link, cfg Config) *Tunnel {
 	if cfg.PeerTimeout == 0 {
 		cfg.PeerTimeout = defaultPeerTimeout
 	}
+	if cfg.FrameBytes <= 0 || cfg.FrameBytes > link.MTU() {
+		cfg.FrameBytes = FrameForBER(cfg.BER, link.MTU(), link.Overhead())
+	}
+	cfg.FrameBytes = max(cfg.FrameBytes, minFrame)
 	if cfg.Log == nil {
 		cfg.Log = log.New(log.Writer(), "wanrate: ", log.LstdFlags)
 	}
@@ -248,6 +262,7 @@ func (t *Tunnel) Snapshot() Stats {
 	s.MinRTTms = float64(t.minRTT) / 1e6
 	s.StreamsActive = len(t.streams)
 	s.Stalled = t.stall.on
+	s.FrameBytes = t.cfg.FrameBytes
 	if t.cfg.PeerTimeout > 0 {
 		s.PeerTimeoutS = t.cfg.PeerTimeout.Seconds()
 	}
@@ -730,6 +745,30 @@ func (t *Tunnel) tickLoop() {
 		}
 		t.mu.Unlock()
 	}
+}
+
+// minFrame is the smallest data frame FrameForBER picks or Config takes.
+const minFrame = 256
+
+// FrameForBER is the data frame size (at most mtu, tunnel header included)
+// that carries the most payload per second of link at bit-error rate ber,
+// where each frame also costs overhead bytes on the wire and is lost when
+// any of its bits is hit: payload/wire x (1-ber)^bits. With no errors that
+// is the MTU; at 1e-5 and a 1,500-byte MTU about 780 bytes (3 % more
+// payload than full frames).
+func FrameForBER(ber float64, mtu, overhead int) int {
+	if ber <= 0 || ber >= 1 || mtu <= minFrame {
+		return mtu
+	}
+	best, bestL := 0.0, mtu
+	for l := mtu; l >= minFrame; l-- {
+		wire := float64(l + overhead)
+		v := float64(l-DataOverhead) / wire * math.Exp(8*wire*math.Log1p(-ber))
+		if v > best {
+			best, bestL = v, l
+		}
+	}
+	return bestL
 }
 
 // floorLocked is the lowest pacing rate: a quarter of the hint (a path

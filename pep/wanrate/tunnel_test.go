@@ -103,6 +103,10 @@ type pair struct {
 }
 
 func newPair(t *testing.T, loss, corrupt float64, delay time.Duration, rate int64, window int, adapt bool) *pair {
+	return newPairFrame(t, loss, corrupt, delay, rate, window, adapt, 0)
+}
+
+func newPairFrame(t *testing.T, loss, corrupt float64, delay time.Duration, rate int64, window int, adapt bool, frame int) *pair {
 	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), loss: loss, corrupt: corrupt, delay: delay}
 	la, lb := memPair(p)
 	lg := log.New(io.Discard, "", 0)
@@ -117,7 +121,7 @@ func newPair(t *testing.T, loss, corrupt float64, delay time.Duration, rate int6
 		}
 		s.Relay(c)
 	}
-	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg}
+	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg, FrameBytes: frame}
 	pr := &pair{a: New(la, cfg), b: New(lb, cfg), params: p}
 	t.Cleanup(func() { pr.a.Close(); pr.b.Close() })
 	if !pr.a.WaitPeer(5*time.Second) || !pr.b.WaitPeer(5*time.Second) {
@@ -190,15 +194,17 @@ func TestTransfer(t *testing.T) {
 		delay         time.Duration
 		up, down      int
 		window        int
+		frame         int
 	}{
-		{"clean", 0, 0, 10 * time.Millisecond, 2 << 20, 1 << 20, 0},
-		{"loss 11%", 0.11, 0, 20 * time.Millisecond, 2 << 20, 512 << 10, 0},
-		{"loss 30% + corruption", 0.3, 0.05, 5 * time.Millisecond, 1 << 20, 1 << 20, 0},
-		{"small window", 0.05, 0, 10 * time.Millisecond, 1 << 20, 256 << 10, 64 << 10},
-		{"empty both ways", 0.2, 0, 5 * time.Millisecond, 0, 0, 0},
+		{"clean", 0, 0, 10 * time.Millisecond, 2 << 20, 1 << 20, 0, 0},
+		{"loss 11%", 0.11, 0, 20 * time.Millisecond, 2 << 20, 512 << 10, 0, 0},
+		{"loss 30% + corruption", 0.3, 0.05, 5 * time.Millisecond, 1 << 20, 1 << 20, 0, 0},
+		{"small window", 0.05, 0, 10 * time.Millisecond, 1 << 20, 256 << 10, 64 << 10, 0},
+		{"empty both ways", 0.2, 0, 5 * time.Millisecond, 0, 0, 0, 0},
+		{"small frames", 0.06, 0, 10 * time.Millisecond, 1 << 20, 1 << 20, 0, 768},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pr := newPair(t, tc.loss, tc.corrupt, tc.delay, 100_000_000, tc.window, false)
+			pr := newPairFrame(t, tc.loss, tc.corrupt, tc.delay, 100_000_000, tc.window, false, tc.frame)
 			up, down := randBytes(tc.up, 1), randBytes(tc.down, 2)
 			gotUp := make(chan []byte, 1)
 			dst := server(t, func(c *net.TCPConn) {
@@ -610,4 +616,21 @@ func waitSnap(t *testing.T, tn *Tunnel, what string, ok func(Stats) bool) {
 		}
 	}
 	t.Fatalf("never saw %s: %+v", what, tn.Snapshot())
+}
+
+func TestFrameForBER(t *testing.T) {
+	for _, tc := range []struct {
+		ber    float64
+		lo, hi int
+	}{
+		{0, 1500, 1500},
+		{1e-7, 1500, 1500},
+		{1e-6, 1500, 1500},
+		{1e-5, 700, 850},
+		{1e-4, 256, 300},
+	} {
+		if got := FrameForBER(tc.ber, 1500, 14); got < tc.lo || got > tc.hi {
+			t.Errorf("BER %g: frame %d bytes, want %d..%d", tc.ber, got, tc.lo, tc.hi)
+		}
+	}
 }

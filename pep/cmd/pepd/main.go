@@ -33,6 +33,7 @@ type config struct {
 	opts       options.Options
 	rateBps    int64
 	rttMs      float64
+	ber        float64 // the link's bit-error rate hint (SATBED_BER)
 	stateDir   string
 	role       string
 	name       string
@@ -62,6 +63,7 @@ func parseArgs(args []string) (config, error) {
 	optStr := fs.String("opts", os.Getenv("SATBED_PEP_OPTS"), "space-separated key=value options")
 	rate := fs.String("rate-bps", envOr("SATBED_RATE_BPS", "0"), "bottleneck rate in bit/s (WAN buffer sizing)")
 	rtt := fs.String("rtt-ms", envOr("SATBED_RTT_MS", "0"), "round-trip time in ms (WAN buffer sizing)")
+	ber := fs.String("ber", envOr("SATBED_BER", "0"), "the link's bit-error rate (wan=rate: data frame size)")
 	fs.StringVar(&c.stateDir, "state-dir", envOr("SATBED_STATE_DIR", "."), "directory for stats.json, conns.jsonl, pepd.ready")
 	fs.StringVar(&c.role, "role", os.Getenv("SATBED_PEP_ROLE"), "a or b (recorded in stats)")
 	fs.StringVar(&c.name, "name", "pepd", "name reported in stats")
@@ -86,6 +88,9 @@ func parseArgs(args []string) (config, error) {
 	}
 	if c.rttMs, err = strconv.ParseFloat(*rtt, 64); err != nil || c.rttMs < 0 || c.rttMs > 1e6 {
 		return c, fmt.Errorf("rtt %q: want milliseconds as a non-negative number", *rtt)
+	}
+	if c.ber, err = strconv.ParseFloat(*ber, 64); err != nil || !(c.ber >= 0 && c.ber < 1) {
+		return c, fmt.Errorf("ber %q: want a bit-error rate in [0, 1)", *ber)
 	}
 	if c.role != "" && c.role != "a" && c.role != "b" {
 		return c, fmt.Errorf("role %q: want a or b", c.role)
@@ -154,7 +159,8 @@ func rateConfig(c config) *wanrate.Config {
 		giveUp = -1 // never
 	}
 	return &wanrate.Config{RateBPS: rate, RTT: time.Duration(c.rttMs * float64(time.Millisecond)),
-		Window: c.opts.WanWindow, Adapt: c.opts.WanAdapt, PeerTimeout: giveUp}
+		Window: c.opts.WanWindow, Adapt: c.opts.WanAdapt, PeerTimeout: giveUp,
+		BER: c.ber, FrameBytes: c.opts.WanFrame}
 }
 
 func main() {
