@@ -146,25 +146,38 @@ def _path_drop_rate(r: CellRow) -> float | None:
 
 def _spoofer_buffer(out: str, r: CellRow) -> list[tuple[float, float]]:
     """(seconds since its first sample, bytes) the spoofer held, all its
-    connections together: pepd's buffer.jsonl (trace_interval), one sample
-    per connection per interval, summed per interval."""
+    connections together: pepd's buffer.jsonl (trace_interval) samples each
+    connection on its own clock, so each connection counts with its latest
+    sample at every step (and nothing once its samples end)."""
+    import bisect
     import glob
     import json
-    by_t: dict[float, float] = defaultdict(float)
     step = 0.1
+    by_id: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
     for path in glob.glob(os.path.join(out, "cells", r.hash, "pep", "*", "buffer.jsonl")):
         with open(path, encoding="utf-8") as f:
             for line in f:
                 try:
                     rec = json.loads(line)
-                    t, held = float(rec["t"]), float(rec.get("occupancy_bytes") or 0)
+                    by_id[(path, int(rec["id"]))].append((float(rec["t"]), float(rec.get("occupancy_bytes") or 0)))
                 except (ValueError, KeyError, TypeError):
                     continue
-                by_t[round(t / step) * step] += held
-    if not by_t:
+    if not by_id:
         return []
-    t0 = min(by_t)
-    return [(round(t - t0, 3), by_t[t]) for t in sorted(by_t)]
+    for samples in by_id.values():
+        samples.sort()
+    t0 = min(v[0][0] for v in by_id.values())
+    t1 = max(v[-1][0] for v in by_id.values())
+    series = []
+    for k in range(int((t1 - t0) / step) + 1):
+        t = t0 + k * step
+        held = 0.0
+        for samples in by_id.values():
+            i = bisect.bisect_right(samples, (t + 1e-9, float("inf"))) - 1
+            if i >= 0 and t - samples[-1][0] <= step:
+                held += samples[i][1]
+        series.append((round(k * step, 3), held))
+    return series
 
 
 def _spoof_points(rows: list[CellRow], out: str | None = None) -> dict[tuple[int, int, bool], SpoofPoint]:
