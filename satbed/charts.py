@@ -528,10 +528,12 @@ def build(out: str) -> str:
     variants = sorted({r.params.get("variant") or "" for r in rows})
     for variant in variants if not study else []:
         vrows = [r for r in rows if (r.params.get("variant") or "") == variant]
-        for name, title, x, fixed, want in CHARTS:
+        for base, title, x, fixed, want in CHARTS:
+            name = f"{base}_{variant}" if variant else base
             if variant:
-                name, title = f"{name}_{variant}", f"{title} ({variant})"
+                title = f"{title} ({variant})"
             c = draw_chart(vrows, name, title, x, fixed, want)
+            c["base"], c["variant"] = base, variant
             with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
                 f.write(c["png"])
             charts.append(c)
@@ -555,12 +557,13 @@ def build(out: str) -> str:
     if charts:
         parts.append("<h2>Charts</h2>")
     for c in charts:
-        twin = next((o for o in charts if o is not c and o["x"] == c["x"] and o["fixed"] == c["fixed"]
-                     and o["value"] is not None and o["value"] == c["value"]), None)
-        if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["name"]]:
+        # The same variant's other chart at the same fixed value (each variant has its own three).
+        twin = next((o for o in charts if o is not c and o["variant"] == c["variant"] and o["x"] == c["x"]
+                     and o["fixed"] == c["fixed"] and o["value"] is not None and o["value"] == c["value"]), None)
+        if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["base"]]:
             # Drawn at the nearest present value, it would be the other chart again.
-            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['name'][-1]}: "
-                         f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['name']]:g}; the nearest present "
+            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['base'][-1]}: "
+                         f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['base']]:g}; the nearest present "
                          f"value is {twin['name']}'s, so it is not drawn twice.</p></div>")
             try:
                 os.remove(os.path.join(out, "charts", f"{c['name']}.png"))
