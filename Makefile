@@ -8,16 +8,19 @@ export PATH := /usr/local/go/bin:$(PATH)
 export PYTHONPATH := $(CURDIR)
 export GOFLAGS := -buildvcs=false
 
-# Debian packages satbed uses (control plane, testbed, clients, analysis).
+# Debian packages satbed uses (control plane, testbed, clients, analysis; brctl and
+# ifconfig for the SCPS gateway and its CI stand-in; Ansible for the physical test bed).
 DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest python3-hypothesis mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
-        procps psmisc git ca-certificates mmdebstrap
+        procps psmisc git ca-certificates mmdebstrap \
+        ansible-core ansible-lint \
+        bridge-utils net-tools
 
 GO_BINARIES := satemu pepd saratoga trafficgen
 BIN := $(CURDIR)/bin
 
-.PHONY: all deps go build images experiment test test-go test-py bench clean lint
+.PHONY: all deps go build images experiment test test-go test-py test-ansible bench clean lint
 
 all: build
 
@@ -73,6 +76,12 @@ test-go:
 
 test-py:
 	$(PY) -m pytest -q tests
+
+# The physical test bed's playbooks on five containers standing in for the
+# machines, applied twice (changed=0 the second time), and a run across them
+# (also part of test-py).
+test-ansible: build
+	$(PY) -m pytest -q -s tests/test_ansible.py
 
 lint:
 	gofmt -l . | tee /dev/stderr | (! read)

@@ -114,6 +114,15 @@ def _jsonl(path: Path) -> list[dict]:
     return out
 
 
+def _integrity(result: dict) -> str:
+    """The SHA-256 verdict: a transfer stopped at the time limit is
+    verified on the prefix that arrived."""
+    full = str(result.get("integrity", ""))
+    if full == "incomplete" and result.get("prefix_integrity"):
+        return f"prefix {result['prefix_integrity']}"
+    return full
+
+
 def schedule(run: Path, config: dict, result: dict) -> Schedule | None:
     clock = result.get("schedule_clock_wall_s")
     if clock is None:
@@ -194,7 +203,7 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
     if src_profile and src_profile != "reno-sack-1500":
         label += f" (source: {src_profile})"
     m = RunMetrics(run=run.name, label=label.strip(), pep=pep,
-                   options=options, buffer_packets=bp, ack_reserve=k, integrity=str(result.get("integrity", "")),
+                   options=options, buffer_packets=bp, ack_reserve=k, integrity=_integrity(result),
                    loadavg=result.get("loadavg"))
     sched = schedule(run, cfg, result)
     if sched is None:

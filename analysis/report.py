@@ -290,6 +290,8 @@ HEADLINE = [
     ("goodput_bps", "goodput (application)", "mbps"),
     ("tcp_connect_ms", "TCP connect (ms, client probe)", "float"),
     ("tcp_handshake_ms", "TCP handshake (ms, capture)", "float"),
+    ("cpu_client_s", "CPU of the client command (s)", "float3"),
+    ("cpu_server_s", "CPU of the server during the transfer (s)", "float3"),
     ("error", "error", "auto"),
 ]
 

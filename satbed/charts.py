@@ -239,6 +239,20 @@ CAPTURE_METRICS = (
 )
 
 
+def cpu_per_gb(metrics: dict) -> float | None:
+    """CPU seconds of both ends (client command and servers) per 10^9 bytes
+    delivered; None where the cell did not record them."""
+    c, s, b = metrics.get("cpu_client_s"), metrics.get("cpu_server_s"), metrics.get("bytes")
+    if not all(isinstance(v, (int, float)) for v in (c, s, b)) or not b:
+        return None
+    return (c + s) / b * 1e9
+
+
+def _mean_cpu_per_gb(rs: list[CellRow]) -> float | None:
+    vals = [v for r in rs if r.status in MEASURED and (v := cpu_per_gb(r.metrics)) is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def capture_metrics(metrics: dict) -> dict:
     """A cell's figures from its captures (result.json "analysis" and
     "end_to_end_throughput"): the spoofing study's end-to-end sender and
@@ -292,6 +306,7 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
                     "limited": sum(r.status == "limited" for r in rs),
                     "failed": sum(r.status not in MEASURED for r in rs),
                     "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
+                    "cpu_s_per_gb": _mean_cpu_per_gb(rs),
                     **{k: _mean_capture(rs, k) for k, _ in CAPTURE_METRICS},
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
                         r.seconds for r in rs) else None})
@@ -351,7 +366,8 @@ CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "size", "direction",
 
 def write_csv(path: str, rows: list[CellRow]) -> None:
     fields = ["hash", "experiment", "status", *CSV_PARAMS, "repetition", "goodput_bps", "rtt_ms_avg", "loss",
-              "integrity", *(k for k, _ in CAPTURE_METRICS), "seconds", "started", "error"]
+              "integrity", "cpu_client_s", "cpu_server_s", *(k for k, _ in CAPTURE_METRICS), "seconds", "started",
+              "error"]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -363,7 +379,7 @@ def write_csv(path: str, rows: list[CellRow]) -> None:
                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.started)) if r.started else ""}
             for k in CSV_PARAMS:
                 doc[k] = r.params.get(k)
-            for k in ("rtt_ms_avg", "loss", "integrity"):
+            for k in ("rtt_ms_avg", "loss", "integrity", "cpu_client_s", "cpu_server_s"):
                 doc[k] = r.metrics.get(k)
             doc.update(capture_metrics(r.metrics))
             w.writerow(doc)
@@ -512,10 +528,12 @@ def build(out: str) -> str:
     variants = sorted({r.params.get("variant") or "" for r in rows})
     for variant in variants if not study else []:
         vrows = [r for r in rows if (r.params.get("variant") or "") == variant]
-        for name, title, x, fixed, want in CHARTS:
+        for base, title, x, fixed, want in CHARTS:
+            name = f"{base}_{variant}" if variant else base
             if variant:
-                name, title = f"{name}_{variant}", f"{title} ({variant})"
+                title = f"{title} ({variant})"
             c = draw_chart(vrows, name, title, x, fixed, want)
+            c["base"], c["variant"] = base, variant
             with open(os.path.join(out, "charts", f"{name}.png"), "wb") as f:
                 f.write(c["png"])
             charts.append(c)
@@ -539,12 +557,13 @@ def build(out: str) -> str:
     if charts:
         parts.append("<h2>Charts</h2>")
     for c in charts:
-        twin = next((o for o in charts if o is not c and o["x"] == c["x"] and o["fixed"] == c["fixed"]
-                     and o["value"] is not None and o["value"] == c["value"]), None)
-        if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["name"]]:
+        # The same variant's other chart at the same fixed value (each variant has its own three).
+        twin = next((o for o in charts if o is not c and o["variant"] == c["variant"] and o["x"] == c["x"]
+                     and o["fixed"] == c["fixed"] and o["value"] is not None and o["value"] == c["value"]), None)
+        if twin is not None and c["name"] < twin["name"] and c["value"] != CHARTS_WANT[c["base"]]:
             # Drawn at the nearest present value, it would be the other chart again.
-            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['name'][-1]}: "
-                         f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['name']]:g}; the nearest present "
+            parts.append(f"<div class='chart' id='{c['name']}'><p class='caption'>Chart {c['base'][-1]}: "
+                         f"the matrix has no {c['fixed']} = {CHARTS_WANT[c['base']]:g}; the nearest present "
                          f"value is {twin['name']}'s, so it is not drawn twice.</p></div>")
             try:
                 os.remove(os.path.join(out, "charts", f"{c['name']}.png"))
@@ -559,7 +578,8 @@ def build(out: str) -> str:
     table = summary_table(rows)
     # Only the columns some configuration has: a ping column in a matrix
     # without ping cells, or capture columns without captures, stay out.
-    extra = [(k, label) for k, label in (("rtt_ms_avg", "ping RTT ms"), *CAPTURE_METRICS)
+    extra = [(k, label) for k, label in (("rtt_ms_avg", "ping RTT ms"), ("cpu_s_per_gb", "CPU s per GB (both ends)"),
+                                         *CAPTURE_METRICS)
              if any(d.get(k) is not None for d in table)]
 
     def cell(k: str, v: float | None) -> str:
@@ -567,6 +587,8 @@ def build(out: str) -> str:
             return "–"
         if k.endswith("_bps"):
             return _fmt_bps(v)
+        if k == "cpu_s_per_gb":
+            return f"{v:.1f}"
         return f"{v:.1f}" if k.endswith("_ms_avg") else f"{v:,.0f}"
     settings = any(d["setting"] for d in table)
     body = [[*([d["setting"]] if settings else []),

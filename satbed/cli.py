@@ -92,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
                                       "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds",
                                       "keystrokes", "keystroke_ms_avg", "keystroke_ms_p50",
-                                      "time_limited", "prefix_integrity") if k in result}
+                                      "time_limited", "prefix_integrity", "cpu_client_s", "cpu_server_s")
+               if k in result}
     print(json.dumps(summary, sort_keys=True))
     if result.get("time_limited"):
         print(f"satbed: time limit: {args.client} stopped after {result['seconds']:.0f} s with "
@@ -256,8 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
                    help="stop a transfer still running after S seconds and measure what it delivered")
     r.add_argument("--out", default="runs", help="results directory (default ./runs)")
-    r.add_argument("--backend", default="mininet", choices=("mininet", "docker"),
-                   help="testbed backend: namespaces (mininet) or containers (docker; `make images` first)")
+    r.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
+                   help="testbed backend: namespaces (mininet), containers (docker; `make images` first) "
+                        "or the machines of an inventory (ansible; README, \"Physical test bed\")")
+    r.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the Ansible inventory of the "
+                                                       "test bed's machines (playbooks/inventory.example.yml)")
     link_args(r)
     r.set_defaults(fn=cmd_run)
     p.run_parser = r
@@ -282,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("file", help="experiment file, e.g. experiments/quick.yaml")
     m.add_argument("--jobs", type=int, default=None, help="exactly N cells at once (default: as many as 80%% of the cores carry, by each cell's modelled CPU cost)")
     m.add_argument("--out", default="runs/matrix", help="results directory (default ./runs/matrix)")
-    m.add_argument("--backend", default="mininet", choices=("mininet", "docker"), help="testbed backend")
+    m.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"), help="testbed backend")
+    m.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
     m.add_argument("--no-batch", action="store_true",
                    help="a testbed per cell (by default cells that differ only in size and repetition "
@@ -326,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
             probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
             parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
             args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
+        if getattr(args, "inventory", None):
+            if args.backend != "ansible":
+                raise SatbedError("--inventory goes with --backend ansible")
+            # Read by the backend in this process and in every matrix cell.
+            import os
+            from satbed.ansible import INVENTORY_ENV
+            os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
         if getattr(args, "needs_root", True):
             from satbed.proc import require_root
             require_root()

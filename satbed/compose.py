@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from satbed import docker, topology
 from satbed.emulation import control_request
+from satbed.net import OFFLOADS
 from satbed.pepcheck import CLIENT, SERVER     # the one TCP check pep-check and compose use
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT, last_line, require_root, require_tools
@@ -185,7 +186,7 @@ class Standing:
                       "peer", "name", ls.b.port, "netns", str(b.pid), *mac_b])
             for pid, dev, node in ((a.pid, ls.a.port, ls.a.node), (b.pid, ls.b.port, ls.b.node)):
                 self._ns(pid, "ip", "link", "set", "dev", dev, "mtu", str(self.spec.mtu))
-                self._ns(pid, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off")
+                self._ns(pid, "ethtool", "-K", dev, *(a for o in OFFLOADS for a in (o, "off")))
                 if node in self.spec.transparent:
                     self._ns(pid, "ip", "link", "set", "dev", dev, "promisc", "on")
                 self._ns(pid, "ip", "link", "set", "dev", dev, "up")

@@ -228,6 +228,18 @@ def control_request(path: str, req: dict) -> dict:
     return json.loads(buf or b"{}")
 
 
+# control_request run on the emulator's machine: the request on stdin, the reply on stdout.
+_REMOTE_CONTROL = (
+    "import socket, sys\n"
+    "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5); s.connect(sys.argv[1])\n"
+    "s.sendall(sys.stdin.read().encode() + b'\\n'); buf = b''\n"
+    "while not buf.endswith(b'\\n'):\n"
+    "    chunk = s.recv(65536)\n"
+    "    if not chunk: break\n"
+    "    buf += chunk\n"
+    "sys.stdout.write(buf.decode())\n")
+
+
 class Satemu(Emulator):
     """satemu on the Emulator's ports; control socket for mid-run changes."""
     backend = "userspace"
@@ -284,7 +296,14 @@ class Satemu(Emulator):
             return "no log"
 
     def request(self, req: dict) -> dict:
-        return control_request(self.control, req)
+        if self.node.sandbox.local:
+            return control_request(self.control, req)
+        # The control socket is on the emulator machine: asked there.
+        cp = self.node.run(["/usr/bin/python3", "-c", _REMOTE_CONTROL, self.control], input=json.dumps(req),
+                           check=False, timeout=15)
+        if cp.returncode != 0:
+            raise ConnectionError(cp.stderr.strip() or f"exit {cp.returncode}")
+        return json.loads(cp.stdout or "{}")
 
     def down(self) -> str:
         if self.proc is not None and self.proc.poll() is not None:
@@ -356,6 +375,10 @@ class TcEmulator(Emulator):
             dev = self.node.port(p).name
             stats[dev] = self.node.run(["tc", "-s", "qdisc", "show", "dev", dev], check=False).stdout
         result["tc_stats"] = stats
+        if self.node.sandbox.wired:
+            # A machine outlives the run: its ports get their qdiscs back.
+            for p in self.node.ports:
+                self.node.run(["tc", "qdisc", "del", "dev", self.node.port(p).name, "root"], check=False)
         return result
 
 

@@ -81,7 +81,7 @@ from satbed.store import DONE, MEASURED, CellRow, Store
 from satbed.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
 
 PYTHON = "/usr/bin/python3"
-BACKENDS = ("mininet", "docker")
+BACKENDS = ("mininet", "docker", "ansible")
 TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred

@@ -27,7 +27,11 @@ from satbed.errors import SatbedError
 from satbed.proc import last_line
 from satbed.records import RunRecord, netns_inode
 
-OFFLOADS = ("tso", "gso", "gro", "tx")   # tx: checksum offload; raw sockets would see partial sums
+# Off on every port, so the emulator and captures see the packets of the
+# wire: tx is checksum offload (raw sockets would see partial sums);
+# tx-udp-segmentation lets a veth carry a UDP GSO datagram (Saratoga's
+# batches, up to 64 KB) to the emulator uncut.
+OFFLOADS = ("tso", "gso", "gro", "tx", "tx-udp-segmentation")
 
 
 class Intf:
@@ -45,7 +49,8 @@ class Intf:
         for line in out.splitlines():
             key, _, value = line.partition(":")
             if key.strip() in ("tcp-segmentation-offload", "generic-segmentation-offload",
-                               "generic-receive-offload", "tx-checksumming", "rx-checksumming"):
+                               "generic-receive-offload", "tx-checksumming", "rx-checksumming",
+                               "tx-udp-segmentation"):
                 state[key.strip()] = value.split()[0] if value.split() else ""
         return state
 
@@ -57,6 +62,20 @@ class Sandbox:
 
     pid: int
     mininet_node: object | None = None
+    # A machine of a physical test bed (satbed.ansible) is neither local (no
+    # pid or namespace here to record) nor wired by satbed (its NICs are
+    # cabled and configured by the playbooks).
+    local = True
+    wired = False
+
+    def nic(self, port: str) -> str | None:
+        """The device of a topology port where the node already has one."""
+        return None
+
+    def proc_net(self, proto: str) -> str:
+        """/proc/net/<proto> (tcp, udp) as the node's network stack sees it."""
+        with open(f"/proc/{self.pid}/net/{proto}", encoding="ascii") as f:
+            return f.read()
 
     def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
         raise NotImplementedError
@@ -103,8 +122,9 @@ class Node:
             raise SatbedError(f"unknown backend {backend!r} (known: {', '.join(SANDBOXES)})") from None
         self.sandbox = sandbox_cls(f"{prefix}-{name}", role)
         self.pid: int = self.sandbox.pid
-        record.netns[name] = netns_inode(self.pid) or 0
-        record.add_pid(self.pid)
+        if self.sandbox.local:
+            record.netns[name] = netns_inode(self.pid) or 0
+            record.add_pid(self.pid)
         self.run(["ip", "link", "set", "lo", "up"])
         # No stray IPv6 link-local addresses or router solicitations in captures.
         self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", must=False)
@@ -119,7 +139,7 @@ class Node:
         return f"<{type(self).__name__} {self.name}>"
 
     def intf_name(self, port: str) -> str:
-        return f"{self.prefix}-{self.short}{port}"[:15]
+        return self.sandbox.nic(port) or f"{self.prefix}-{self.short}{port}"[:15]
 
     def popen(self, args: Sequence[str], **kwargs) -> subprocess.Popen:
         kwargs.setdefault("stdout", subprocess.PIPE)
@@ -161,7 +181,7 @@ class Node:
 
     def prepare_intf(self, intf: Intf, mtu: int) -> None:
         self.run(["ip", "link", "set", intf.name, "mtu", str(mtu)])
-        self.run(["ethtool", "-K", intf.name, "tso", "off", "gso", "off", "gro", "off", "tx", "off"])
+        self.run(["ethtool", "-K", intf.name, *(a for o in OFFLOADS for a in (o, "off"))])
         self.run(["ip", "link", "set", intf.name, "up"])
 
     def stop(self) -> None:
@@ -286,6 +306,7 @@ class TransparentNode(Node):
         self.kind, self.ports = kind, ports
         self.address = address          # offered to a PEP that connects from its own address
         self.bridged = False
+        self.made_bridge = False        # a bridge this run added to a machine (removed after it)
         # Frames crossing the bridge must not be fed to this namespace's
         # iptables unless a PEP asks for it.
         self.sysctl("net.bridge.bridge-nf-call-iptables", "0", must=False)
@@ -305,14 +326,24 @@ class TransparentNode(Node):
             self.run(["ip", "link", "set", self.intfs[port].name, "promisc", "on"])
 
     def bridge(self) -> str:
+        if not self.bridged and self.sandbox.wired and self.run(
+                ["ip", "link", "show", "dev", self.BRIDGE], check=False).returncode == 0:
+            self.bridged = True     # a machine's bridge, as its playbook made it
         if not self.bridged:
             self.run(["ip", "link", "add", self.BRIDGE, "type", "bridge",
                       "forward_delay", "0", "stp_state", "0"])
+            self.made_bridge = self.sandbox.wired
             for port in self.ports:
                 self.run(["ip", "link", "set", self.intfs[port].name, "master", self.BRIDGE])
             self.run(["ip", "link", "set", self.BRIDGE, "up"])
             self.bridged = True
         return self.BRIDGE
+
+    def stop(self) -> None:
+        if self.made_bridge:
+            self.run(["ip", "link", "del", self.BRIDGE], check=False)
+            self.made_bridge = False
+        super().stop()
 
 
 class Link:

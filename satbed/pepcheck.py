@@ -10,9 +10,13 @@ NET_ADMIN and NET_RAW, the SATBED_* environment. Two end hosts (namespaces,
   ready      the entrypoint bridges the ports and starts the PEP (ready file)
   health     `ENTRYPOINT health` exits 0 with one line
   bridging   ICMP crosses it (transparent bridge, no address, no gateway)
-  tcp        a 1 MB TCP transfer arrives intact
+  tcp        a 1 MB TCP transfer arrives intact (the server answers with its
+             digest, then the client closes)
   splitting  the SYN seen on the WAN side differs from the client's (the PEP
              opened its own connection): must match org.satbed.pep.splits
+  half-close the client half-closes after its 1 MB and still gets the
+             server's digest; an image labelled org.satbed.pep.limits=
+             no-half-close must instead show that limit (no answer)
   stats      `ENTRYPOINT stats` prints one JSON object with every required
              field of the right type, its name and `splitting` as the labels
              declare; a splitting PEP counts the connection and its bytes
@@ -53,37 +57,64 @@ PORT = 5201
 STOP_GRACE_S = 20
 STATS_SETTLE_S = 5
 
-# Server on Client B: receive until EOF, answer with the byte count and sha256.
+# Server on Client B: receive TRANSFER_BYTES (mode "count") or until EOF
+# (mode "eof"), answer with the byte count and sha256 on one line, then wait
+# for the client's close. Says whether its answer could be sent (sent is not
+# received: a PEP may reset it on the way).
 SERVER = r"""
 import hashlib, socket, sys
+port, mode, want = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); s.settimeout(60)
+s.bind(("0.0.0.0", port)); s.listen(1); s.settimeout(60)
 print("listening", flush=True)
 c, _ = s.accept(); c.settimeout(60); h = hashlib.sha256(); n = 0
-while True:
-    b = c.recv(65536)
+while mode == "eof" or n < want:
+    b = c.recv(min(65536, want - n) if mode == "count" else 65536)
     if not b: break
     h.update(b); n += len(b)
-c.sendall(f"{n} {h.hexdigest()}".encode()); c.close()
+try:
+    c.sendall(f"{n} {h.hexdigest()}\n".encode())
+    while c.recv(65536): pass
+    print("it sent its answer", flush=True)
+except OSError as e:
+    print(f"its answer failed: {e}", flush=True)
+c.close()
 """
+# Client on Client A: send the data; mode "close": read the answer line,
+# then close; mode "half-close": shut its sending side first (FIN), then read
+# until EOF. Prints a JSON line: the answer, what ended the reading, and
+# "length sha256" of what it sent.
 CLIENT = r"""
-import hashlib, random, socket, sys
-data = random.Random(7).randbytes(int(sys.argv[3]))
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
-c.sendall(data); c.shutdown(socket.SHUT_WR)
-reply = b""
-while True:
-    b = c.recv(4096)
-    if not b: break
-    reply += b
-print(reply.decode(), len(data), hashlib.sha256(data).hexdigest())
+import hashlib, json, random, socket, sys
+host, port, size, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+data = random.Random(7).randbytes(size)
+c = socket.create_connection((host, port), timeout=60)
+c.sendall(data)
+if mode == "half-close": c.shutdown(socket.SHUT_WR)
+reply, end = b"", "eof"
+try:
+    while mode == "half-close" or not reply.endswith(b"\n"):
+        b = c.recv(4096)
+        if not b: break
+        reply += b
+    else: end = "answered"
+except OSError as e:
+    end = type(e).__name__
+c.close()
+print(json.dumps({"reply": reply.decode(errors="replace").strip(), "end": end,
+                  "sent": f"{len(data)} {hashlib.sha256(data).hexdigest()}"}))
 """
+# Limitations an image may declare (label org.satbed.pep.limits, comma
+# separated): pep-check then verifies the PEP has it, and says so, instead
+# of failing the check it concerns (pep/CONTRACT.md).
+LIMITS = {"no-half-close": "the first FIN from either side ends the whole connection: a half-close is not relayed"}
 SYN_FILTER = "tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn"
 
 
 @dataclass
 class Report:
     image: str
+    limits: list[str] = field(default_factory=list)
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
 
     def add(self, name: str, ok: bool, detail: str) -> bool:
@@ -96,7 +127,8 @@ class Report:
 
     def lines(self) -> list[str]:
         out = [f"{'ok  ' if ok else 'FAIL'} {name:<10} {detail}" for name, ok, detail in self.checks]
-        out.append(f"{'PASS' if self.passed else 'FAIL'} {self.image}")
+        out.append(f"{'PASS' if self.passed else 'FAIL'} {self.image}"
+                   + (f" (declared limits, verified: {', '.join(self.limits)})" if self.limits else ""))
         return out
 
 
@@ -135,7 +167,57 @@ def label_problems(labels: dict) -> list[str]:
         out.append("no org.satbed.pep.name")
     if labels.get("org.satbed.pep.splits") not in ("true", "false"):
         out.append("org.satbed.pep.splits is not true or false")
+    unknown = [x for x in declared_limits(labels) if x not in LIMITS]
+    if unknown:
+        out.append(f"org.satbed.pep.limits names {', '.join(unknown)} (known: {', '.join(LIMITS)})")
     return out
+
+
+def declared_limits(labels: dict) -> list[str]:
+    return [x.strip() for x in labels.get("org.satbed.pep.limits", "").split(",") if x.strip()]
+
+
+def half_close_check(got: dict, server_said: str, limits: list[str]) -> tuple[str, bool, str]:
+    """The half-close check: the client's FIN is relayed and the server's
+    answer still comes back; or, for an image declaring no-half-close, the
+    answer does not come back (the declaration must be true)."""
+    relayed = got.get("reply") == got.get("sent")
+    if "no-half-close" not in limits:
+        return ("half-close", relayed, "the client half-closed and still got the server's answer" if relayed
+                else f"the client half-closed and got no answer (its reading ended by {got.get('end', '?')}, "
+                     f"the server: {server_said or 'nothing'}); {got.get('error', '')}".rstrip("; "))
+    if relayed:
+        return ("half-close", False, "the image declares no-half-close but relayed a half-close: "
+                                     "the client half-closed and still got the server's answer")
+    return ("half-close", True, f"not relayed, as declared (org.satbed.pep.limits=no-half-close): "
+                                f"the client half-closed, its reading ended by {got.get('end', '?')} "
+                                f"with no answer; the server: {server_said or 'nothing'}")
+
+
+def _transfer(a: Host, b: Host, mode: str) -> tuple[dict, str]:
+    """TRANSFER_BYTES from a to b (mode close or half-close, see CLIENT):
+    the client's JSON line (with "error" when it failed) and the server's
+    last line."""
+    server = b.popen(["/usr/bin/python3", "-c", SERVER, str(PORT), "eof" if mode == "half-close" else "count",
+                      str(TRANSFER_BYTES)], text=True)
+    try:
+        server.stdout.readline()
+        cp = a.run(["/usr/bin/python3", "-c", CLIENT, str(b.ip.ip), str(PORT), str(TRANSFER_BYTES), mode],
+                   check=False, timeout=90)
+        try:
+            out, _ = server.communicate(timeout=65)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    try:
+        got = json.loads(last_line(cp.stdout))
+    except ValueError:
+        got = {"error": last_line(cp.stderr or cp.stdout) or f"client exit {cp.returncode}"}
+    return got, last_line(out or "")
 
 
 def leftovers(pid: int) -> list[str]:
@@ -194,10 +276,12 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
     labels = docker.image_labels(image)
     declared = labels.get("org.satbed.pep.splits")
     splits = {"true": True, "false": False}.get(declared or "")
-    report = Report(image)
+    limits = declared_limits(labels)
+    report = Report(image, limits)
     bad = label_problems(labels)
     report.add("labels", not bad, "; ".join(bad) if bad else
-               f"contract 1, name {labels['org.satbed.pep.name']}, splits {declared}")
+               f"contract 1, name {labels['org.satbed.pep.name']}, splits {declared}"
+               + (f", limits {','.join(limits)}" if limits else ""))
     prefix = records.new_prefix()
     record = records.RunRecord(prefix, os.getpid(), records.start_time(os.getpid()))
     record.save()
@@ -260,16 +344,11 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
         got = re.search(r"(\d+) received", cp.stdout)
         report.add("bridging", cp.returncode == 0, f"{got.group(1) if got else 0}/3 pings answered across it")
 
-        server = b.popen(["/usr/bin/python3", "-c", SERVER, str(PORT)], text=True)
-        server.stdout.readline()
         cap_a, cap_b = _start_capture(a), _start_capture(b)
-        cp = a.run(["/usr/bin/python3", "-c", CLIENT, str(b.ip.ip), str(PORT), str(TRANSFER_BYTES)],
-                   check=False, timeout=60)
-        server.wait(timeout=10)
-        fields = cp.stdout.split()
-        intact = len(fields) == 4 and fields[0] == fields[2] and fields[1] == fields[3]
+        got, _ = _transfer(a, b, "close")
+        intact = got.get("reply") == got.get("sent")
         report.add("tcp", intact, f"{TRANSFER_BYTES} bytes intact" if intact
-                   else f"transfer failed: {(cp.stderr or cp.stdout).strip()[-200:]}")
+                   else f"transfer failed: {got.get('error') or got}"[:240])
         syn_a, syn_b = _syn(cap_a), _syn(cap_b)
         if syn_a is None or syn_b is None:
             report.add("splitting", False, "no SYN captured on both sides")
@@ -278,6 +357,8 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
             seen = (f"client SYN seq {syn_a['seq']}, WAN SYN seq {syn_b['seq']}: "
                     f"{'split' if split else 'end to end'}")
             report.add("splitting", splits is not None and split == splits, f"{seen} (declared splits={declared})")
+
+        report.add(*half_close_check(*_transfer(a, b, "half-close"), limits))
 
         # A PEP may refresh its counters periodically (pepd: every second).
         deadline = time.monotonic() + STATS_SETTLE_S

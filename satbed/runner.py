@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from satbed import clients, counters, cwnd, emulation, environment, paths, peps, topology, traffic, watch
+from satbed import ansible as ansible_backend
 from satbed import docker as docker_backend
 from satbed.captures import Captures
 from satbed.clients.base import ClientContext
@@ -310,10 +311,12 @@ class Session:
             raise SatbedError(f"topology {self.spec.name} has no emulator node for --rtt/--ber")
         # The emulator backend decides whether its node gets a kernel bridge.
         pep_images = {n: p.name for n, p in the_plan.peps.items()}
-        with docker_backend.for_run(self.backend, tb.record, self.dir, cfg.pep, pep_images):
+        with docker_backend.for_run(self.backend, tb.record, self.dir, cfg.pep, pep_images), \
+                ansible_backend.for_run(self.backend, self.spec, tb.prefix, self.dir):
             tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
         env = self.env
-        env["testbed"] = docker_backend.describe_testbed(tb)
+        env["testbed"] = (ansible_backend.describe(tb) if self.backend == "ansible"
+                          else docker_backend.describe_testbed(tb))
         if tb.tcp_profiles:
             env["tcp_profiles"] = tb.tcp_profiles
         if tb.queue_commands:

@@ -77,9 +77,11 @@ class Testbed:
             a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
             ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))
             ib = b.add_intf(ls.b.port, b.intf_name(ls.b.port))
-            self.links.append(Link(ia, ib))
+            if not (a.sandbox.wired and b.sandbox.wired):
+                self.links.append(Link(ia, ib))
         for name, node in self.nodes.items():
-            node.configure(spec.mtu)
+            if not node.sandbox.wired:     # a machine's NICs are as its playbook left them
+                node.configure(spec.mtu)
             if isinstance(node, Host):
                 self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
             elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -111,6 +112,8 @@ def test_file_crosses_100ms_link_intact(rtt_runs, client, direction):
     if client != "saratoga":
         # No PEP: a connect costs one round trip.
         assert RTT_MS * 0.95 < r["tcp_connect_ms"] < RTT_MS * 2, r["tcp_connect_ms"]
+    # Both ends' CPU time is recorded (the server's in 10 ms ticks: may be 0).
+    assert r["cpu_client_s"] > 0 and r["cpu_server_s"] >= 0, r
     with open(os.path.join(run_dir, "logs", f"{client}.txt"), encoding="utf-8") as f:
         assert "integrity ok" in f.read()
     # The payload copies are gone once verified.
@@ -201,6 +204,43 @@ def test_payload_is_seeded():
         b = make_payload(os.path.join(d, "b"), 100_000, 7)
         c = make_payload(os.path.join(d, "c"), 100_000, 8)
         assert a.sha256 == b.sha256 != c.sha256 and os.path.getsize(a.path) == 100_000
+
+
+# Burns 0.3 s of CPU (not wall) time in a child it waits for, then prints.
+_BUSY = ("import subprocess, sys\n"
+         "subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+         "while time.process_time() - t < 0.3: pass'])\n"
+         "print('done'); print('err', file=sys.stderr)")
+
+
+def test_communicate_measured_counts_the_process_and_its_children():
+    from satbed.clients.transfer import communicate_measured
+    proc = subprocess.Popen([sys.executable, "-c", _BUSY], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err, cpu = communicate_measured(proc, 60)
+    assert (out, err, proc.returncode) == (b"done\n", b"err\n", 0)
+    assert cpu >= 0.3
+    assert proc.wait() == 0     # reaped once, and Popen knows it
+
+
+def test_communicate_measured_leaves_a_late_process_to_the_caller():
+    from satbed.clients.transfer import communicate_measured
+    proc = subprocess.Popen([sys.executable, "-c", "print('early', flush=True)\nimport time\ntime.sleep(60)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        select.select([proc.stdout], [], [], 60)     # "early" is in the pipe (not read yet)
+        with pytest.raises(subprocess.TimeoutExpired) as e:
+            communicate_measured(proc, 0.5)
+        assert e.value.output == b"early\n"
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate(timeout=10)
+
+
+def test_tree_cpu_seconds_of_this_process():
+    from satbed.clients.transfer import tree_cpu_seconds
+    assert tree_cpu_seconds(os.getpid()) > 0
+    assert tree_cpu_seconds(2 ** 22 + 1) == 0     # no such process
 
 
 @needs_root

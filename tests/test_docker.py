@@ -127,6 +127,27 @@ def test_pep_check_label_rules():
                            "org.satbed.pep.splits": "false"}) == []
     assert len(label_problems({"org.satbed.contract": "1"})) == 2
     assert len(label_problems({})) == 3
+    limited = {"org.satbed.contract": "1", "org.satbed.pep.name": "x", "org.satbed.pep.splits": "true"}
+    assert label_problems({**limited, "org.satbed.pep.limits": "no-half-close"}) == []
+    assert "names slow" in label_problems({**limited, "org.satbed.pep.limits": "no-half-close, slow"})[0]
+
+
+@pytest.mark.parametrize("reply,limits,ok,said", [
+    ("5 ab", [], True, "still got the server's answer"),
+    ("", [], False, "got no answer"),
+    # A declared limitation is verified, not taken on trust.
+    ("", ["no-half-close"], True, "not relayed, as declared"),
+    ("5 ab", ["no-half-close"], False, "declares no-half-close but relayed"),
+])
+def test_pep_check_half_close(reply, limits, ok, said):
+    from satbed.pepcheck import Report, half_close_check
+    name, passed, detail = half_close_check({"reply": reply, "end": "eof", "sent": "5 ab"},
+                                            "it sent its answer", limits)
+    assert name == "half-close" and passed is ok and said in detail, detail
+    report = Report("lab/pep:1", limits)
+    report.add(name, passed, detail)
+    assert report.lines()[-1] == ("PASS lab/pep:1" if ok else "FAIL lab/pep:1") + (
+        " (declared limits, verified: no-half-close)" if limits else "")
 
 
 def test_pep_names_and_images():

@@ -232,6 +232,33 @@ def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
     assert all(p["n"] == 3 and p["ci95_bps"] > 0 for p in pts)
 
 
+def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_600_ms(tmp_path):
+    """Each variant's charts stand alone: chart 2 falls back to 300 ms within
+    its own variant (it was once matched against the other variant's chart 1
+    and failed with a KeyError)."""
+    from satbed import charts
+    from satbed.store import CellRow, Store
+    out = str(tmp_path / "v")
+    os.makedirs(out)
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        n = 0
+        for variant in ("today", "study"):
+            for pep in ("none", "pepd"):
+                for rtt in (0.0, 300.0):
+                    for ber in (0.0, 1e-5):
+                        n += 1
+                        bps = 7e6 / (1 + rtt / 100) * (1 - 40 * ber)
+                        params = {"client": "ftp", "pep": pep, "rtt": rtt, "ber": ber, "size": 1 << 20,
+                                  "direction": "download", "variant": variant}
+                        s.put(CellRow(hash=f"{n:016x}", experiment="v", params=params, config={}, repetition=0,
+                                      status="ok", goodput_bps=bps, metrics={"goodput_bps": bps, "seconds": 1.0}))
+    page = open(charts.build(out)).read()
+    for v in ("today", "study"):
+        assert f"id='chart1_{v}'" in page and f"id='chart3_{v}'" in page
+        assert os.path.getsize(os.path.join(out, "charts", f"chart1_{v}.png")) > 5000
+    assert "not drawn twice" not in page     # chart 2 at 300 ms is not chart 1 at 0 ms
+
+
 def test_report_without_throughput_still_has_three_charts(tmp_path):
     from satbed import charts
     from satbed.store import CellRow, Store
@@ -243,6 +270,28 @@ def test_report_without_throughput_still_has_three_charts(tmp_path):
                       config={}, repetition=0, status="ok", metrics={"rtt_ms_avg": 1.5}))
     page = open(charts.build(out)).read()
     assert page.count("class='chart'") == 3
+
+
+def test_report_and_csv_carry_cpu_per_gb(tmp_path):
+    """Cells that recorded both ends' CPU time show it per GB in the summary
+    (mean over repetitions) and as seconds in results.csv."""
+    from satbed import charts
+    from satbed.store import CellRow, Store
+    out = str(tmp_path / "cpu")
+    os.makedirs(out)
+    with Store(os.path.join(out, "results.sqlite")) as s:
+        for rep, client_s in enumerate((0.5, 0.7)):
+            s.put(CellRow(hash=f"{rep:016x}", experiment="cpu",
+                          params={"client": "saratoga", "pep": "none", "rtt": 600.0, "ber": 0.0, "size": 20_000_000,
+                                  "direction": "download"},
+                          config={}, repetition=rep, status="ok", goodput_bps=7e6,
+                          metrics={"bytes": 20_000_000, "cpu_client_s": client_s, "cpu_server_s": 0.3}))
+    page = open(charts.build(out)).read()
+    assert "CPU s per GB (both ends)" in page and "<td>45.0</td>" in page     # (0.8 + 1.0) / 2 / 0.02
+    rows = open(os.path.join(out, "results.csv")).read().splitlines()
+    head = rows[0].split(",")
+    assert rows[1].split(",")[head.index("cpu_client_s")] == "0.5"
+    assert rows[1].split(",")[head.index("cpu_server_s")] == "0.3"
 
 
 def test_wall_estimate_interpolates_measured_cells(tmp_path):

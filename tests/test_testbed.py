@@ -65,6 +65,8 @@ def test_ping_run_writes_result(tmp_path):
     env = json.load(open(os.path.join(run_dir, "environment.json")))
     assert env["kernel"]["release"] and env["git"]["commit"]
     assert all(s["tcp-segmentation-offload"] == "off" for s in env["offloads"].values())
+    # UDP segmentation too: Saratoga's segmented batches are cut at the sender's port.
+    assert all(s["tx-udp-segmentation"] == "off" for s in env["offloads"].values())
 
 
 def test_sigkilled_run_is_cleaned(globalhawk):

@@ -75,7 +75,7 @@ func dialClient(cfg *ClientConfig, session uint32) (*clientConn, error) {
 		if peer.IP.To4() == nil {
 			network = "udp6"
 		}
-		if c.conn, err = net.ListenPacket(network, ":0"); err != nil {
+		if c.conn, err = ListenUDP(network, ":0"); err != nil {
 			return nil, fmt.Errorf("open UDP socket: %w", err)
 		}
 		c.own = true

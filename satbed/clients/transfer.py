@@ -14,6 +14,7 @@ import hashlib
 import os
 import random
 import glob
+import selectors
 import shlex
 import shutil
 import signal
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from satbed.clients.base import Client, ClientContext
 from satbed.errors import SatbedError
-from satbed.net import Host, Node
+from satbed.net import Host, NamespaceSandbox, Node
 from satbed.proc import last_line, our_binary
 
 # The Debian package that provides each tool, for the "missing tool" line.
@@ -144,9 +145,8 @@ def listening(node: Node, port: int, proto: str = "tcp") -> bool:
     """Is a socket in the node's namespace listening on (TCP) or bound to (UDP)
     the port? /proc/PID/net shows the namespace of PID, so no process is spawned."""
     try:
-        with open(f"/proc/{node.pid}/net/{proto}", encoding="ascii") as f:
-            rows = f.read().splitlines()[1:]
-    except OSError:
+        rows = node.sandbox.proc_net(proto).splitlines()[1:]
+    except (OSError, SatbedError):
         return False
     for row in rows:
         cols = row.split()
@@ -189,6 +189,9 @@ class Run:
         self.limited: Limited | None = None
         self.dir = os.path.join(ctx.run_dir, "files", name)
         os.makedirs(self.dir, exist_ok=True)
+        # CPU seconds of the transfer command and of the servers while it
+        # ran, when both are processes of this host (namespace nodes).
+        self.cpu: dict[str, float] = {}
 
     def __enter__(self) -> "Run":
         return self
@@ -313,20 +316,29 @@ class Run:
         delivered so far are measured, the tool is stopped and self.limited
         says so."""
         limit = self.ctx.time_limit_s if timeout is None and self.received else None
-        timeout = self.ctx.transfer_timeout() if timeout is None else timeout
+        timeout_given, timeout = timeout, self.ctx.transfer_timeout() if timeout is None else timeout
         if limit is not None and limit >= timeout:
             limit = None
         tool = os.path.basename(args[0])
         self.note(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else "") + (f" > {stdout}" if stdout else ""))
         fin = open(stdin, "rb") if stdin else subprocess.DEVNULL
         fout = open(stdout, "wb") if stdout else subprocess.PIPE
+        measured = (timeout_given is None and self.received is not None
+                    and all(isinstance(n.sandbox, NamespaceSandbox) for n in (node, *(s for _, s, _ in self.servers))))
         try:
+            servers_before = self._servers_cpu() if measured else 0.0
             start = time.monotonic()
             proc = node.popen(args, stdin=fin, stdout=fout, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
                               **popen)
             try:
-                out, err = proc.communicate(timeout=limit if limit is not None else timeout)
-            except subprocess.TimeoutExpired:
+                wait = limit if limit is not None else timeout
+                if measured:
+                    out, err, client_cpu = communicate_measured(proc, wait)
+                    self.cpu = {"cpu_client_s": round(client_cpu, 3),
+                                "cpu_server_s": round(self._servers_cpu() - servers_before, 3)}
+                else:
+                    out, err = proc.communicate(timeout=wait)
+            except subprocess.TimeoutExpired as e:
                 if limit is not None:
                     # Measured before the stop: what arrived within the limit.
                     self.limited = Limited(time.monotonic() - start, delivered_bytes(self.received))
@@ -335,6 +347,8 @@ class Run:
                     out, err = proc.communicate(timeout=5)
                 except subprocess.TimeoutExpired:   # something that escaped still holds the pipe
                     out, err = b"", b"(output lost: the pipe stayed open)"
+                if measured:    # what communicate_measured read is not in Popen's own buffers
+                    out = (e.output or b"") + (out or b"")
                 self.note(_text(out) + _text(err))
                 if self.limited:
                     self.note(f"[{tool} stopped by the time limit of {limit:g} s: "
@@ -371,7 +385,7 @@ class Run:
                    "seconds": round(seconds, 3),
                    "goodput_bps": round(size * 8 / seconds) if seconds > 0 else 0,
                    "integrity": "ok" if ok else "fail", "sha256": got, "sha256_expected": payload.sha256,
-                   **extra}
+                   **self.cpu, **extra}
         self.note(f"received {received}: {size} bytes sha256 {got}: integrity {metrics['integrity']}")
         if not ok:
             why = "missing" if got is None else f"{size} of {payload.size} bytes, sha256 {got}"
@@ -404,6 +418,9 @@ class Run:
             print(f"satbed: INTEGRITY FAILURE: {metrics['error']} (run directory: {self.ctx.run_dir})",
                   file=sys.stderr, flush=True)
         return metrics
+
+    def _servers_cpu(self) -> float:
+        return sum(tree_cpu_seconds(proc.pid) for _, _, proc in self.servers)
 
     def close(self) -> None:
         try:
@@ -451,17 +468,82 @@ def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
         return
     tree = _descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in [*tree, proc.pid]:
+        for pid in tree:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
+        # Through the Popen: a program on a machine (satbed.ansible) is
+        # signalled there, not only its local ssh client.
+        proc.send_signal(sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if proc.poll() is not None and not any(_alive(p) for p in tree):
                 return
             time.sleep(0.05)
     proc.wait(timeout=grace)
+
+
+def communicate_measured(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bytes, float]:
+    """proc.communicate(timeout=timeout) that also returns the CPU seconds
+    (user + system) of the process and of every descendant it waited for:
+    it is reaped here with wait4, which reports them, and Popen learns the
+    exit status through returncode. On timeout the process is left running
+    and unreaped, and subprocess.TimeoutExpired carries the output so far."""
+    sel = selectors.DefaultSelector()
+    got: dict[int, list[bytes]] = {}
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            got[pipe.fileno()] = []
+            sel.register(pipe.fileno(), selectors.EVENT_READ)
+    pidfd = os.pidfd_open(proc.pid)
+    sel.register(pidfd, selectors.EVENT_READ)
+    cpu, exited = 0.0, False
+    deadline = time.monotonic() + timeout
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if not exited:
+                    raise subprocess.TimeoutExpired(proc.args, timeout, output=b"".join(sum(got.values(), [])))
+                break   # an escaped descendant holds the pipe: the output so far
+            for key, _ in sel.select(left):
+                if key.fd == pidfd:
+                    sel.unregister(pidfd)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    proc.returncode = os.waitstatus_to_exitcode(status)
+                    cpu, exited = usage.ru_utime + usage.ru_stime, True
+                    deadline = min(deadline, time.monotonic() + 5)
+                    continue
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    got[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+    finally:
+        sel.close()
+        os.close(pidfd)
+    out = [b"".join(got[p.fileno()]) if p is not None else b"" for p in (proc.stdout, proc.stderr)]
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return out[0], out[1], cpu
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and everything it started:
+    each living (or not yet reaped) process's own time plus what it collected
+    from the children it reaped, so every process is counted once."""
+    ticks = 0
+    for p in [pid, *_descendants(pid)]:
+        try:
+            with open(f"/proc/{p}/stat", encoding="ascii", errors="replace") as f:
+                # utime, stime, cutime, cstime: fields 14-17, after the ')'
+                # that ends the command name (which may hold spaces).
+                ticks += sum(int(v) for v in f.read().rsplit(")", 1)[1].split()[11:15])
+        except (OSError, ValueError):
+            pass
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _alive(pid: int) -> bool:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,18 +77,21 @@ func TestCLIGetPut(t *testing.T) {
 func TestCLIErrors(t *testing.T) {
 	addr := startServer(t, t.TempDir())
 	tests := []struct {
-		name string
-		args []string
-		want string
+		name  string
+		args  []string
+		want  string
+		usage bool // bad input (exit 2), not a failed transfer (exit 1)
 	}{
-		{"no command", nil, "usage"},
-		{"unknown command", []string{"fetch"}, "unknown command"},
-		{"get without server", []string{"get", "-file", "f", "-out", "o"}, "required"},
-		{"bad descriptor", []string{"put", "-server", addr, "-file", "x", "-descriptor", "24"}, "descriptor"},
-		{"bad checksum", []string{"serve", "-root", ".", "-checksum", "sha256"}, "checksum"},
-		{"missing file", []string{"get", "-server", addr, "-file", "nope", "-out", filepath.Join(t.TempDir(), "o")}, "file not found"},
-		{"escape", []string{"get", "-server", addr, "-file", "../x", "-out", filepath.Join(t.TempDir(), "o")}, "access denied"},
-		{"serve without root", []string{"serve"}, "-root is required"},
+		{"no command", nil, "usage", true},
+		{"unknown command", []string{"fetch"}, "unknown command", true},
+		{"get without server", []string{"get", "-file", "f", "-out", "o"}, "required", true},
+		{"unknown flag", []string{"get", "-bogus"}, "not defined", true},
+		{"bad descriptor", []string{"put", "-server", addr, "-file", "x", "-descriptor", "24"}, "descriptor", true},
+		{"bad checksum", []string{"serve", "-root", ".", "-checksum", "sha256"}, "checksum", true},
+		{"bad frame", []string{"serve", "-root", ".", "-frame", "64"}, "-frame 64", true},
+		{"missing file", []string{"get", "-server", addr, "-file", "nope", "-out", filepath.Join(t.TempDir(), "o")}, "file not found", false},
+		{"escape", []string{"get", "-server", addr, "-file", "../x", "-out", filepath.Join(t.TempDir(), "o")}, "access denied", false},
+		{"serve without root", []string{"serve"}, "-root is required", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +99,10 @@ func TestCLIErrors(t *testing.T) {
 			err := run(tc.args, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want mention of %q", err, tc.want)
+			}
+			var bad usageError
+			if errors.As(err, &bad) != tc.usage {
+				t.Fatalf("err = %v: usage error %v, want %v", err, !tc.usage, tc.usage)
 			}
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error spans lines: %q", err)
