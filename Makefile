@@ -8,12 +8,14 @@ export PATH := /usr/local/go/bin:$(PATH)
 export PYTHONPATH := $(CURDIR)
 export GOFLAGS := -buildvcs=false
 
-# Debian packages satbed uses (control plane, testbed, clients, analysis).
+# Debian packages satbed uses (control plane, testbed, clients, analysis; brctl and
+# ifconfig for the SCPS gateway and its CI stand-in; Ansible for the physical test bed).
 DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest python3-hypothesis mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
         procps psmisc git ca-certificates mmdebstrap \
-        ansible-core ansible-lint
+        ansible-core ansible-lint \
+        bridge-utils net-tools
 
 GO_BINARIES := satemu pepd saratoga trafficgen
 BIN := $(CURDIR)/bin

@@ -318,7 +318,7 @@ def plan(spec: topology.TopologySpec) -> dict:
                          "ip": str(t.ip or "")}
     for r in spec.routers.values():
         nodes[r.name] = {"kind": "router", "ports": list(r.addresses)}
-    return {"topology": spec.name, "mtu": spec.mtu, "nodes": nodes}
+    return {"topology": spec.name, "mtu": spec.mtu, "subnet": str(spec.subnet or ""), "nodes": nodes}
 
 
 def main(argv: list[str]) -> int:

@@ -241,6 +241,40 @@ def _inventory_with(bed, path: str, **changes: dict) -> str:
 @needs_root
 @needs_docker
 @needs_ansible
+def test_run_across_the_machines(bed):
+    """A short FTP download with pepd across the five machines: the file
+    arrives intact, the PEPs split (the LAN-side connect is short) and the
+    usual run directory and analysis follow."""
+    if not bed.applied:
+        pytest.skip("the site playbook did not apply")
+    cp = satbed("run", "--backend", "ansible", "--inventory", bed.inventory, "--client", "ftp", "--pep", "pepd",
+                "--emulator", "userspace", "--rtt", "200", "--size", "2M", "--out", bed.runs_dir, timeout=600)
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    run_dir = cp.stdout.splitlines()[0]
+    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    print(json.dumps({k: result.get(k) for k in ("goodput_bps", "integrity", "sha256", "tcp_connect_ms")}))
+    assert result["integrity"] == "ok" and result["sha256"] == result["sha256_expected"]
+    legs = result["split_proof"]["legs"]
+    print("split proof connect_ms:", [leg["connect_ms"] for leg in legs])
+    # The SYN is answered by the PEP beside the connecting host, not 200 ms away.
+    assert all(leg["connect_ms"] < 50 for leg in legs), legs
+    assert all(n["connections_split"] >= 1 for n in result["pep"]["nodes"].values()), result["pep"]
+    for vantage in ("lan_a", "wan_a", "wan_b", "lan_b"):
+        assert os.path.getsize(os.path.join(run_dir, "captures", f"{vantage}.pcap")) > 24
+    with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
+        env = json.load(f)
+    assert env["testbed"]["backend"] == "ansible"
+    assert set(result["analysis"]) == {"lan_a", "wan_a", "wan_b", "lan_b"}
+    # Nothing left running on the machines.
+    for node in NICS:
+        ps = bed.exec(node, "ps", "-eo", "comm=").stdout.split()
+        assert not {"pepd", "satemu", "tcpdump"} & set(ps), (node, ps)
+
+
+@needs_root
+@needs_docker
+@needs_ansible
 def test_bad_inventories_say_one_line(bed, tmp_path):
     if not bed.applied:
         pytest.skip("the site playbook did not apply")
