@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from satbed.files import write_json
 
@@ -53,7 +53,12 @@ class RunRecord:
 
     def save(self) -> None:
         os.makedirs(RECORD_DIR, exist_ok=True)
-        write_json(self.path, asdict(self))
+        # Nodes start processes from several threads (a transfer's and the
+        # samplers'): copy the mappings first (a dict copy is atomic), since
+        # asdict iterating one another thread grows fails.
+        doc = asdict(replace(self, netns=self.netns.copy(), pids=self.pids.copy(),
+                             containers=self.containers.copy(), root_links=self.root_links.copy()))
+        write_json(self.path, doc)
 
     def add_pid(self, pid: int) -> None:
         self.pids[str(pid)] = start_time(pid)

@@ -175,3 +175,27 @@ def test_clean_removes_stale_sockets_and_half_written_records_only():
         for p in (stale_sock, live_sock, tmp):
             if os.path.exists(p):
                 os.unlink(p)
+
+
+def test_a_record_saves_while_other_threads_add_pids(tmp_path, monkeypatch):
+    """Nodes start processes from several threads: saving must not iterate a
+    mapping another thread grows ("dictionary changed size during iteration"
+    failed 2 of 196 matrix cells)."""
+    import threading
+    from satbed import records
+    monkeypatch.setattr(records, "RECORD_DIR", str(tmp_path))
+    rec = records.RunRecord("sbffff", os.getpid(), records.start_time(os.getpid()))
+    errors = []
+
+    def add(base: int) -> None:
+        try:
+            for i in range(300):
+                rec.add_pid(base + i)
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=add, args=(k * 100000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(rec.pids) == 1200
