@@ -568,14 +568,33 @@ def _batch_counters(session: Session) -> dict:
     return out
 
 
+# satemu's cumulative counters, per direction: a transfer's share is their
+# difference. Everything else (queue and link values in force, high-water
+# marks, lateness quantiles) cannot be differenced and stays as at the
+# transfer's end.
+SATEMU_COUNTERS = frozenset({"frames_in", "bytes_in", "frames_out", "bytes_out", "drops", "tx_errors",
+                             "in_flight_overflow", "rx_truncated", "rx_kernel_drops"})
+
+
 def _delta(end, start):
-    """end - start for the numbers of a nested document (counters); the rest as at the end."""
-    if isinstance(end, bool) or not isinstance(end, (int, float, dict)):
-        return end
+    """end - start for every number of a nested document of counters."""
     if isinstance(end, dict):
         start = start if isinstance(start, dict) else {}
         return {k: _delta(v, start.get(k)) for k, v in end.items()}
-    return end - start if isinstance(start, (int, float)) and not isinstance(start, bool) else end
+    numeric = isinstance(end, (int, float)) and not isinstance(end, bool)
+    return end - start if numeric and isinstance(start, (int, float)) and not isinstance(start, bool) else end
+
+
+def satemu_share(now: dict, was: dict) -> dict:
+    """A transfer's share of a shared satemu's stats, in the shape of an
+    unbatched run's emulator.json `totals`: counters differenced, the rest
+    as at the end (the lateness quantiles then cover the batch so far)."""
+    dirs = {}
+    for name, d in (now.get("directions") or {}).items():
+        before = ((was.get("directions") or {}).get(name)) or {}
+        dirs[name] = {k: _delta(v, before.get(k)) if k in SATEMU_COUNTERS else v for k, v in d.items()}
+    return {"t_s": now.get("t_s"), "since_t_s": was.get("t_s"), "directions": dirs,
+            "scope": "counters: this transfer; queue, link values, high-water marks and lateness: the batch so far"}
 
 
 def _batch_slices(session: Session, run_dir: str, before: dict, t0: float, t1: float, result: dict) -> None:
@@ -599,11 +618,11 @@ def _batch_slices(session: Session, run_dir: str, before: dict, t0: float, t1: f
                                                   if isinstance(n.get("connections_split"), int))}
     stopped = {}
     for name, emu in session.emus.items():
-        entry: dict = {"backend": emu.backend, "batch": True}
+        entry: dict = {"backend": emu.backend, "config": emu.cfg.to_dict(), "batch": True}
         if isinstance(emu, emulation.Satemu):
             was = (before.get("emulator") or {}).get(name) or {}
             now = emu.request({"op": "stats"}).get("stats") or {}
-            entry["stats"] = _delta(now, was)
+            entry["stats"] = {"totals": satemu_share(now, was)}
             rel = os.path.relpath(emu.stats_dir, session.dir)
             dst = os.path.join(run_dir, rel, "emulator_timeseries.csv")
             _slice_timeseries(os.path.join(emu.stats_dir, "emulator_timeseries.csv"), dst,

@@ -669,6 +669,13 @@ def test_two_cells_in_one_batch_are_two_intact_separately_captured_transfers(tmp
         assert os.path.getsize(os.path.join(d, "captures", "lan_a.pcap")) > 0
         results[cfg["size_bytes"]] = r
     assert sorted(results) == [64 << 10, 256 << 10]
+    # Each transfer's emulator record has an unbatched run's shape: its own
+    # counters, the link values in force (not differenced to zero).
+    for size, r in results.items():
+        dirs = r["emulator"]["stats"]["totals"]["directions"].values()
+        assert all(d["rate_bps"] == 8e6 and d["delay_ms"] == 50 for d in dirs) and r["emulator"]["config"]
+        data = max(d["bytes_out"] for d in dirs)     # the direction the file took
+        assert size <= data < 2 * size + (256 << 10), (size, data)
     # One testbed for both, each transfer in its own capture: the data each
     # capture saw is its own transfer's, not the other's too.
     assert len({r["testbed_prefix"] for r in results.values()}) == 1
@@ -720,3 +727,20 @@ def test_an_interrupted_batch_resumes_at_its_first_undone_cell(tmp_path):
     assert json.load(open(os.path.join(second, "batch.json")))["cells"] == order[st["ok"]:]
     assert {h: os.path.getmtime(os.path.join(out, "cells", h, "result.json")) for h in done} == kept
     assert _leftovers(out) == []
+
+
+def test_a_transfer_share_of_a_shared_emulator_differences_counters_only():
+    from satbed import runner
+    was = {"t_s": 10.0, "directions": {"a_to_b": {"frames_in": 100, "bytes_in": 150_000, "drops": {"ber": 3, "queue": 1},
+                                                  "rate_bps": 8e6, "delay_ms": 300, "ber": 1e-5, "up": True,
+                                                  "queue_high_water_packets": 40, "tx_late_p99_us": 900}}}
+    now = {"t_s": 25.0, "directions": {"a_to_b": {"frames_in": 160, "bytes_in": 240_000, "drops": {"ber": 5, "queue": 1},
+                                                  "rate_bps": 8e6, "delay_ms": 300, "ber": 1e-5, "up": True,
+                                                  "queue_high_water_packets": 45, "tx_late_p99_us": 700}}}
+    share = runner.satemu_share(now, was)
+    d = share["directions"]["a_to_b"]
+    assert (d["frames_in"], d["bytes_in"], d["drops"]) == (60, 90_000, {"ber": 2, "queue": 0})
+    # Values in force, marks and quantiles are not counters: as at the end.
+    assert (d["rate_bps"], d["delay_ms"], d["ber"], d["up"]) == (8e6, 300, 1e-5, True)
+    assert (d["queue_high_water_packets"], d["tx_late_p99_us"]) == (45, 700)
+    assert (share["t_s"], share["since_t_s"]) == (25.0, 10.0)
