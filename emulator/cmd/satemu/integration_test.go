@@ -263,10 +263,12 @@ func TestRTTUnderUDPEcho(t *testing.T) {
 	t.Logf("RTT p50 %v p99 %v (configured 100ms); satemu lateness p50 %vus p99 %vus max %vus",
 		p50, p99, st["tx_late_p50_us"], st["tx_late_p99_us"], st["tx_late_max_us"])
 	// Never early, and the delay applied once per direction, not twice: the
-	// end hosts are goroutines sharing two CPUs with whatever else runs, so
-	// how close to 100 ms is satemu-bench's figure (-only rtt), not a test's.
-	if p50 < 100*time.Millisecond || p50 > 150*time.Millisecond {
-		t.Errorf("RTT p50 %v, want it in [100,150) ms", p50)
+	// fastest answer says both, since a busy or descheduled machine only
+	// ever adds time (a VM's stolen CPU once put the p50 at 170 ms). How close
+	// to 100 ms is satemu-bench's figure (-only rtt), not a test's.
+	fastest := netns.Quantile(rtts, 0)
+	if fastest < 100*time.Millisecond || fastest >= 150*time.Millisecond {
+		t.Errorf("fastest RTT %v, want it in [100,150) ms", fastest)
 	}
 }
 
@@ -378,9 +380,11 @@ func TestControlSet(t *testing.T) {
 	if err != nil || r["ok"] != false || !strings.Contains(fmt.Sprint(r["error"]), "ber") {
 		t.Fatalf("invalid set: %v %v", r, err)
 	}
+	// The new delay, applied once: not the old 10 ms, never early, not
+	// doubled. Lateness is the benchmark's business, not this test's.
 	for _, v := range e.pingRTTs(t, 4) {
-		if v < 79.9 || v > 85 {
-			t.Errorf("rtt after set %v ms, want ~80", v)
+		if v < 79.9 || v >= 150 {
+			t.Errorf("rtt after set %v ms, want 80 (at most a machine's lateness more)", v)
 		}
 	}
 }
