@@ -266,12 +266,13 @@ class Standing:
         rtt = float(m.group(1)) if m else None
         peps = [n for n in self.spec.transparent if self.spec.transparent[n].kind == "pep"]
         before = {n: self.pep_stats(svcs[n]).get("connections_split", 0) for n in peps}
-        server = subprocess.Popen(["docker", "exec", cb.id, "python3", "-c", SERVER, str(CHECK_PORT)],
+        server = subprocess.Popen(["docker", "exec", cb.id, "python3", "-c", SERVER, str(CHECK_PORT), "count",
+                                   str(CHECK_BYTES)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             if server.stdout.readline().strip() != "listening":
                 raise SatbedError(f"clientB: check server did not start: {last_line(server.stderr.read())}")
-            cp = docker.docker("exec", ca.id, "python3", "-c", CLIENT, target, str(CHECK_PORT), str(CHECK_BYTES),
+            cp = docker.docker("exec", ca.id, "python3", "-c", CLIENT, target, str(CHECK_PORT), str(CHECK_BYTES), "close",
                                check=False, timeout=120)
             try:
                 server.wait(timeout=30)
@@ -282,8 +283,12 @@ class Standing:
             if server.poll() is None:
                 server.kill()
                 server.wait()
-        fields = cp.stdout.split()
-        if not (len(fields) == 4 and fields[0] == fields[2] and fields[1] == fields[3]):
+        try:
+            got = json.loads(last_line(cp.stdout))
+        except ValueError:
+            got = {}
+        # The server's answer ("length sha256" of what it received) is what the client sent.
+        if not (isinstance(got, dict) and got.get("reply") and got.get("reply") == got.get("sent")):
             raise SatbedError(f"TCP through the chain failed: {last_line(cp.stderr or cp.stdout) or 'no reply'}")
         # PEPs may refresh their counters periodically (pepd: every second):
         # wait a little for a splitting PEP that shows no split yet.

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import statistics
 import subprocess
 import tempfile
 import time
@@ -78,8 +77,9 @@ def test_two_emulated_links_each_hold_their_own_delay():
             ping(h1, h5)        # neighbours resolved before timing
             out = ping(h1, h5, count=20)
             rtts = [float(x) for x in re.findall(r"time=([\d.]+)", out)]
-            # The median: one echo delayed by a busy shared machine is not the link's doing.
-            assert abs(statistics.median(rtts) - 120) < 2, rtts
+            # Both links' delays, each applied once: the fastest echo says it,
+            # since a busy or descheduled machine (a VM's stolen CPU) only adds.
+            assert 119.9 <= min(rtts) < 130, rtts
             # h3 -> h5 crosses neither link.
             out = ping(h3, h5, count=5)
             assert max(float(x) for x in re.findall(r"time=([\d.]+)", out)) < 10
