@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from satbed import docker, topology
 from satbed.emulation import control_request
 from satbed.net import OFFLOADS
-from satbed.pepcheck import CLIENT, SERVER     # the one TCP check pep-check and compose use
+from satbed.pepcheck import CLIENT, SERVER, client_answer     # the one TCP check pep-check and compose use
 from satbed.errors import SatbedError
 from satbed.proc import REPO_ROOT, last_line, require_root, require_tools
 from satbed.proc import run as proc_run
@@ -283,13 +283,10 @@ class Standing:
             if server.poll() is None:
                 server.kill()
                 server.wait()
-        try:
-            got = json.loads(last_line(cp.stdout))
-        except ValueError:
-            got = {}
+        got = client_answer(cp)
         # The server's answer ("length sha256" of what it received) is what the client sent.
-        if not (isinstance(got, dict) and got.get("reply") and got.get("reply") == got.get("sent")):
-            raise SatbedError(f"TCP through the chain failed: {last_line(cp.stderr or cp.stdout) or 'no reply'}")
+        if not (got.get("reply") and got["reply"] == got.get("sent")):
+            raise SatbedError(f"TCP through the chain failed: {got.get('error') or got.get('reply') or 'no reply'}")
         # PEPs may refresh their counters periodically (pepd: every second):
         # wait a little for a splitting PEP that shows no split yet.
         deadline = time.monotonic() + STATS_SETTLE_S

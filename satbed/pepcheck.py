@@ -213,11 +213,18 @@ def _transfer(a: Host, b: Host, mode: str) -> tuple[dict, str]:
         if server.poll() is None:
             server.kill()
             server.wait()
+    return client_answer(cp), last_line(out or "")
+
+
+def client_answer(cp: subprocess.CompletedProcess) -> dict:
+    """CLIENT's JSON line, or {"error": its last words} when it printed none."""
     try:
         got = json.loads(last_line(cp.stdout))
     except ValueError:
+        got = None
+    if not isinstance(got, dict):
         got = {"error": last_line(cp.stderr or cp.stdout) or f"client exit {cp.returncode}"}
-    return got, last_line(out or "")
+    return got
 
 
 def leftovers(pid: int) -> list[str]:
