@@ -374,14 +374,16 @@ def _throughput_figure(rows: list[RunMetrics]) -> str | None:
 
 def _trace_choice(rows: list[RunMetrics], runs: list[Path]) -> list[tuple[RunMetrics, Path]]:
     """The runs whose traces the page draws: no PEP and pepd without
-    reservation (Figure 3), with it (Figure 7), on each WAN leg, at the
-    study's optimum B=185, K=0.88 where present."""
+    reservation (Figure 3), with it (Figure 7): the TCP leg at the study's
+    optimum B=185, K=0.88, the wan=rate leg at B=320 without and with
+    K=0.6 (its best), where present."""
     ok = [(m, r) for m, r in zip(rows, runs) if not m.error]
     wanted = [
         lambda m: m.pep == "none" and "source" not in m.label,
         lambda m: _leg(m) == "tcp" and m.buffer_packets == 185 and m.ack_reserve is None and "wan_rto_max" in m.options,
         lambda m: _leg(m) == "tcp" and m.buffer_packets == 185 and m.ack_reserve == 0.88,
-        lambda m: _leg(m) == "rate" and m.buffer_packets == 185 and m.ack_reserve == 0.88,
+        lambda m: _leg(m) == "rate" and m.buffer_packets == 320 and m.ack_reserve is None,
+        lambda m: _leg(m) == "rate" and m.buffer_packets == 320 and m.ack_reserve == 0.6,
     ]
     chosen = []
     for want in wanted:

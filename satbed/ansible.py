@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from satbed import records, tcp_profiles, topology
-from satbed.errors import SatbedError
+from satbed.errors import SatbedError, one_line_errors
 from satbed.net import SANDBOXES, Sandbox
 from satbed.proc import REPO_ROOT, last_line
 
@@ -48,6 +48,11 @@ ROLES = {"host": ("satbed_host", "end_host"), "pep": ("satbed_host", "transparen
          "emulator": ("satbed_host", "transparent_bridge", "satemu"),
          "bridge": ("satbed_host", "transparent_bridge")}
 SSH_TIMEOUT_S = 10
+# On each machine: a run's pid files (PREFIX-NODE-*.pid) and the commands
+# that undo what it set up (PREFIX-NODE.clean), for `satbed clean`.
+RUN_FILES = "/run/satbed"
+# The satemu role's standing link (tc script, satemu configuration).
+STANDING = ("/usr/local/sbin/satbed-link", "/etc/satbed/satemu.json")
 # Variables of the controller's environment that mean nothing on a machine.
 _LOCAL_ENV = ("SSH_", "DISPLAY", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "XDG_", "LS_COLORS", "MAIL")
 
@@ -77,10 +82,9 @@ class Machine:
         return [*cmd, *self.ssh_args, f"{self.user}@{self.address}"]
 
 
-def load_inventory(path: str, spec: topology.TopologySpec) -> dict[str, Machine]:
-    """node -> Machine, through `ansible-inventory` (any inventory Ansible
-    reads: INI, YAML, a script). One clear line when it is unreadable or a
-    node has no machine."""
+def _hostvars(path: str) -> dict[str, dict]:
+    """Every host of an inventory with its variables, through
+    `ansible-inventory` (any inventory Ansible reads: INI, YAML, a script)."""
     if not path:
         raise SatbedError("--backend ansible needs --inventory FILE (README, \"Physical test bed\")")
     if not os.path.isfile(path):
@@ -96,27 +100,36 @@ def load_inventory(path: str, spec: topology.TopologySpec) -> dict[str, Machine]
     if cp.returncode != 0 or any("Unable to parse" in ln or "ERROR" in ln for ln in warn):
         raise SatbedError(f"bad inventory {path}: {last_line(' '.join(warn) or cp.stderr) or 'unreadable'}")
     try:
-        hostvars = json.loads(cp.stdout).get("_meta", {}).get("hostvars", {})
+        return json.loads(cp.stdout).get("_meta", {}).get("hostvars", {})
     except ValueError:
         raise SatbedError(f"bad inventory {path}: ansible-inventory printed no JSON") from None
+
+
+def _machine(path: str, host: str, hv: dict) -> Machine:
+    nics = hv.get("satbed_ports") or {}
+    if not isinstance(nics, dict):
+        raise SatbedError(f"bad inventory {path}: {host}: satbed_ports must map ports to NICs")
+    port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
+    return Machine(host, str(hv.get("satbed_node", host)), str(hv.get("ansible_host", host)),
+                   str(hv.get("ansible_user") or hv.get("ansible_ssh_user") or "root"),
+                   int(port) if port else None, str(hv.get("ansible_ssh_private_key_file", "")),
+                   tuple(shlex.split(str(hv.get("ansible_ssh_common_args", "")))
+                         + shlex.split(str(hv.get("ansible_ssh_extra_args", "")))),
+                   {str(k): str(v) for k, v in nics.items()})
+
+
+def load_inventory(path: str, spec: topology.TopologySpec) -> dict[str, Machine]:
+    """node -> Machine. One clear line when the inventory is unreadable or a
+    node has no machine."""
     machines: dict[str, Machine] = {}
-    for host, hv in hostvars.items():
+    for host, hv in _hostvars(path).items():
         node = str(hv.get("satbed_node", host))
         if node not in spec.node_names():
             continue
         if node in machines:
             raise SatbedError(f"bad inventory {path}: two machines for node {node} "
                               f"({machines[node].host} and {host})")
-        nics = hv.get("satbed_ports") or {}
-        if not isinstance(nics, dict):
-            raise SatbedError(f"bad inventory {path}: {host}: satbed_ports must map ports to NICs")
-        port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
-        machines[node] = Machine(host, node, str(hv.get("ansible_host", host)),
-                                 str(hv.get("ansible_user") or hv.get("ansible_ssh_user") or "root"),
-                                 int(port) if port else None, str(hv.get("ansible_ssh_private_key_file", "")),
-                                 tuple(shlex.split(str(hv.get("ansible_ssh_common_args", "")))
-                                       + shlex.split(str(hv.get("ansible_ssh_extra_args", "")))),
-                                 {str(k): str(v) for k, v in nics.items()})
+        machines[node] = _machine(path, host, hv)
     missing = [n for n in spec.node_names() if n not in machines]
     if missing:
         raise SatbedError(f"bad inventory {path}: no machine for node {', '.join(missing)} of topology "
@@ -178,8 +191,10 @@ def check_machines(spec: topology.TopologySpec, machines: dict[str, Machine], ru
         f.write(token)
     probes = {}
     for node, m in machines.items():
+        # Four lines: the roles applied, the run directory's token, satbed, a standing link.
         script = (f"ls /etc/satbed 2>/dev/null | tr '\\n' ' '; echo; cat {shlex.quote(marker)} 2>/dev/null; "
-                  f"echo; test -f {shlex.quote(REPO_ROOT)}/satbed/probe.py && echo satbed")
+                  f"echo; test -f {shlex.quote(REPO_ROOT)}/satbed/probe.py && printf satbed; "
+                  f"echo; test -e {STANDING[0]} -o -e {STANDING[1]} && printf standing; echo")
         probes[node] = subprocess.Popen([*m.ssh(), script], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
@@ -192,7 +207,7 @@ def check_machines(spec: topology.TopologySpec, machines: dict[str, Machine], ru
                 raise SatbedError(f"{m.host} ({m.address}): unreachable over SSH (no answer)") from None
             if proc.returncode == 255:
                 raise SatbedError(f"{m.host} ({m.address}): unreachable over SSH: {last_line(err) or 'exit 255'}")
-            lines = (out.splitlines() + ["", "", ""])[:3]
+            lines = (out.splitlines() + ["", "", "", ""])[:4]
             have = {n[len("role."):] for n in lines[0].split() if n.startswith("role.")}
             lacking = [r for r in ROLES.get(node_kind(spec, node), ("satbed_host",)) if r not in have]
             if lacking:
@@ -200,6 +215,10 @@ def check_machines(spec: topology.TopologySpec, machines: dict[str, Machine], ru
                                   f"on this inventory)")
             if lines[2].strip() != "satbed":
                 raise SatbedError(f"{m.host}: no satbed at {REPO_ROOT} (the satbed_host role installs it)")
+            if lines[3].strip() == "standing":
+                raise SatbedError(f"{m.host}: a standing link is installed (satemu_standing: true), which "
+                                  f"would hold the ports the run's emulator needs: apply the satemu role "
+                                  f"with satemu_standing: false first")
             if lines[1].strip() != token:
                 raise SatbedError(f"{m.host}: does not see the run directory {run_dir} (mount the results "
                                   f"directory at the same path on every machine)")
@@ -280,9 +299,9 @@ class SshSandbox(Sandbox):
         env = kwargs.pop("env", None) or {}
         cwd = kwargs.pop("cwd", None) or os.getcwd()
         self.count += 1
-        pidfile = f"/run/satbed/{self.prefix}-{self.node}-{os.getpid()}-{self.count}.pid"
+        pidfile = f"{RUN_FILES}/{self.prefix}-{self.node}-{os.getpid()}-{self.count}.pid"
         assigns = [f"{k}={v}" for k, v in env.items() if not k.startswith(_LOCAL_ENV)]
-        script = (f"mkdir -p /run/satbed; echo $$ > {pidfile}; cd {shlex.quote(cwd)} 2>/dev/null || cd /; "
+        script = (f"mkdir -p {RUN_FILES}; echo $$ > {pidfile}; cd {shlex.quote(cwd)} 2>/dev/null || cd /; "
                   f"exec {shlex.join(['env', *assigns, *args]) if assigns else shlex.join(args)}")
         kwargs.setdefault("stdin", subprocess.DEVNULL)     # never the controller's terminal
         proc = RemoteProcess([*self.machine.ssh(self.control), shlex.join(["sh", "-c", script])], **kwargs)
@@ -293,14 +312,89 @@ class SshSandbox(Sandbox):
         cp = ssh_run(self.machine, self.control, f"cat /proc/net/{proto}", timeout=15)
         return cp.stdout
 
+    def on_clean(self, args: list[str]) -> None:
+        # Kept on the machine, where `satbed clean --backend ansible` finds it.
+        ssh_run(self.machine, self.control, f"mkdir -p {RUN_FILES} && printf '%s\\n' {shlex.quote(shlex.join(args))} "
+                                            f">> {RUN_FILES}/{self.prefix}-{self.node}.clean", timeout=15)
+
     def stop(self) -> None:
-        # The run's pid files, then the multiplexed connection.
-        ssh_run(self.machine, self.control, f"rm -f /run/satbed/{self.prefix}-{self.node}-*.pid", timeout=15)
+        # The run's pid files and undo commands, then the multiplexed connection.
+        ssh_run(self.machine, self.control, f"rm -f {RUN_FILES}/{self.prefix}-{self.node}-*.pid "
+                                            f"{RUN_FILES}/{self.prefix}-{self.node}.clean", timeout=15)
         subprocess.run([*self.machine.ssh(self.control)[:-1], "-O", "exit", self.machine.ssh(self.control)[-1]],
                        capture_output=True, timeout=15)
 
 
 SANDBOXES["ansible"] = SshSandbox
+
+# Run on each machine by `satbed clean --backend ansible`: what runs of no
+# live prefix left. A pid file's process is killed with its group only if it
+# is as old as the file (a pid since reused by another program is not);
+# then the run's undo commands (a PEP adapter's stop, a port's qdisc); then
+# the rest of its files.
+_CLEAN_SCRIPT = r"""
+cd %(dir)s 2>/dev/null || { echo 0 0; exit 0; }
+live=" $1 "; killed=0; undone=0; now=$(date +%%s)
+for f in *.pid; do
+  [ -e "$f" ] || continue
+  case "$live" in *" ${f%%%%-*} "*) continue ;; esac
+  pid=$(cat "$f" 2>/dev/null)
+  age=$((now - $(stat -c %%Y "$f")))
+  et=$(ps -o etimes= -p "$pid" 2>/dev/null | tr -d ' ')
+  if [ -n "$pid" ] && [ -n "$et" ] && [ "$et" -ge $((age - 2)) ]; then
+    g=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    kill -KILL -- "-${g:-$pid}" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+    killed=$((killed + 1))
+  fi
+  rm -f "$f"
+done
+for f in *.clean; do
+  [ -e "$f" ] || continue
+  case "$live" in *" ${f%%%%-*} "*) continue ;; esac
+  while IFS= read -r cmd; do
+    sh -c "$cmd" </dev/null >/dev/null 2>&1
+    undone=$((undone + 1))
+  done < "$f"
+  rm -f "$f"
+done
+# What else those runs left here (satemu's control socket).
+for f in *-*; do
+  [ -e "$f" ] || continue
+  case "$live" in *" ${f%%%%-*} "*) continue ;; esac
+  rm -f "$f"
+done
+echo "$killed $undone"
+""" % {"dir": RUN_FILES}
+
+
+def clean(inventory: str, live: set[str]) -> list[str]:
+    """Stop on every machine of the inventory what killed runs left there
+    (runs whose prefix is not in live): their processes (clients, servers,
+    satemu, tcpdump), then their undo commands (PEP adapters' stop, which
+    removes the interception rules, and tc qdiscs). Unreachable machines are
+    named in one line after the others are done."""
+    machines = [_machine(inventory, host, hv) for host, hv in _hostvars(inventory).items()]
+    procs = {m.host: subprocess.Popen([*m.ssh(), shlex.join(["sh", "-s", " ".join(sorted(live))])],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True)
+             for m in machines}
+    done, unreachable = [], []
+    for m in machines:
+        proc = procs[m.host]
+        try:
+            out, err = proc.communicate(_CLEAN_SCRIPT, timeout=SSH_TIMEOUT_S + 50)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            out, err = "", "no answer"
+        counts = out.split()
+        if proc.returncode != 0 or len(counts) != 2:
+            unreachable.append(f"{m.host} ({m.address}): {last_line(err) or 'exit ' + str(proc.returncode)}")
+        elif counts != ["0", "0"]:
+            done.append(f"{m.host}: {counts[0]} process(es) stopped, {counts[1]} undo command(s) run")
+    if unreachable:
+        raise SatbedError("clean: " + "; ".join(unreachable) + (f" (done: {'; '.join(done)})" if done else ""))
+    return done
 
 
 def plan(spec: topology.TopologySpec) -> dict:
@@ -327,12 +421,11 @@ def main(argv: list[str]) -> int:
     pl = sub.add_parser("plan", help="what the playbooks lay onto each machine, as JSON")
     pl.add_argument("--topology", default="globalhawk")
     args = p.parse_args(argv)
-    try:
+
+    def body() -> int:
         print(json.dumps(plan(topology.load(args.topology)), sort_keys=True))
-    except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+    return one_line_errors(body)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,20 @@ def _key(v) -> str:
     return json.dumps(v, sort_keys=True, default=str)
 
 
+def pep_label(p: dict) -> str:
+    """The PEP a cell ran, with its options: pepd's TCP WAN leg and its
+    wan=rate leg are different rows of the study's charts, not one series
+    held at its most common options."""
+    opts = str(p.get("pep_options") or "").strip()
+    return f"{p['pep']} {opts}" if opts and p["pep"] != "none" else p["pep"]
+
+
+def _line(pep: str) -> str:
+    """A series' line style: dashed without a PEP, dash-dot for a PEP
+    with options (pepd wan=rate beside pepd), solid otherwise."""
+    return "--" if pep == "none" else "-." if " " in pep else "-"
+
+
 def measured(rows: list[CellRow]) -> list[CellRow]:
     return [r for r in rows if r.status in MEASURED and r.goodput_bps]
 
@@ -102,7 +116,7 @@ def series(rows: list[CellRow], x: str, fixed: str, value: float) -> dict[tuple[
     at = [r for r in rows if r.params.get(fixed) == value and "client" in r.params]
     by_series: dict[tuple[str, str], list[CellRow]] = defaultdict(list)
     for r in at:
-        by_series[(r.params["client"], r.params["pep"])].append(r)
+        by_series[(r.params["client"], pep_label(r.params))].append(r)
     out = {}
     for key, rs in by_series.items():
         held = {a: Counter(_key(r.params.get(a)) for r in rs).most_common(1)[0][0] for a in OTHER_AXES}
@@ -169,7 +183,7 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
             stats = [mean_ci(pts[v]) for v in xs]
             label = f"{client} ({'no PEP' if pep == 'none' else pep})"
             ax.errorbar([pos[v] for v in xs], [m / 1e6 for m, _ in stats], yerr=[c / 1e6 for _, c in stats],
-                        color=colour(client), linestyle="--" if pep == "none" else "-",
+                        color=colour(client), linestyle=_line(pep),
                         marker=MARKERS[(peps.index(pep) + 1) % len(MARKERS)] if pep != "none" else MARKERS[0],
                         markersize=5, capsize=3, linewidth=1.6, label=label)
             lim = ser[(client, pep)]["limited"]
@@ -187,7 +201,7 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
                 # The series' line runs on to its failures, so a protocol that collapses shows it.
                 joined = sorted([(v, m) for v, (m, _) in zip(xs, stats)] + [(v, 0.0) for v in bad])
                 ax.plot([pos[v] for v, _ in joined], [m / 1e6 for _, m in joined], color=colour(client),
-                        linestyle="--" if pep == "none" else "-", linewidth=1.6)
+                        linestyle=_line(pep), linewidth=1.6)
                 ax.plot([pos[v] for v in bad], [0] * len(bad), linestyle="none", marker="x", markersize=9,
                         markeredgewidth=2, color=colour(client), clip_on=False)
         if x == "ber":
@@ -206,7 +220,7 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
         ax.grid(True, alpha=0.3)
         if order:
             ax.legend(fontsize=8, ncol=2, loc="best")
-        caption += ("Solid: with PEP; dashed: without. Points: mean over repetitions; bars: 95% interval. "
+        caption += ("Solid: with PEP; dash-dot: with PEP options (e.g. pepd wan=rate); dashed: without. Points: mean over repetitions; bars: 95% interval. "
                     "Each series is held at its most common size, direction and link settings.")
         if any_limited:
             caption += (" A hollow circle: the transfer was still running at the cell's time limit; its "
@@ -301,7 +315,7 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
         setting = " ".join(([str(p["variant"])] if p.get("variant") else []) +
                            [f"{k}={v}" for k, v in sorted(p.items()) if "." in k])
         out.append({"setting": setting,
-                    "client": p["client"], "pep": p["pep"], "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
+                    "client": p["client"], "pep": pep_label(p), "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
                     "failed": sum(r.status not in MEASURED for r in rs),
@@ -334,13 +348,13 @@ def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
     """What a person reads in the terminal when a matrix ends: per
     configuration ok/limited/failed and goodput, then the failure reasons."""
     table = summary_table(rows)
-    lines = [f"{'client':<11}{'pep':<8}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
+    lines = [f"{'client':<11}{'pep':<16}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
              f"{'goodput Mbit/s':>16}"]
     for d in table:
         good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
         if d["ci95_bps"] and d["ok"] > 1:
             good += f" ±{d['ci95_bps'] / 1e6:.3f}"
-        lines.append(f"{d['client'][:10]:<11}{d['pep'][:7]:<8}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
+        lines.append(f"{d['client'][:10]:<11}{d['pep'][:15]:<16}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
                      f"{_human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
                      f"{good:>16}" + (f"  {d['setting']}" if d["setting"] else ""))
     status = Counter(r.status for r in rows)
@@ -395,7 +409,10 @@ def _png_data(path: str) -> str:
         return base64.b64encode(f.read()).decode()
 
 
-GALLERY_DRAWN = 4   # cells whose graphs a report draws when missing: ~12 s per vantage per 100 MB
+# Cells whose graphs a report draws when missing (~12 s per vantage per 100 MB):
+# FTP and SCP under each of the Global Hawk matrix's three PEP rows (none,
+# pepd's TCP WAN leg, pepd wan=rate).
+GALLERY_DRAWN = 6
 
 
 def gallery(out: str, rows: list[CellRow], stream=sys.stderr) -> list[dict]:
@@ -417,12 +434,12 @@ def gallery(out: str, rows: list[CellRow], stream=sys.stderr) -> list[dict]:
         # study shows them, instead of one protocol under every PEP.
         items.append({"row": r, "dir": cell_dir,
                       "rank": (-(p["rtt"]), -(p["ber"]), 0 if p["client"] in ("ftp", "scp") else 1,
-                               r.repetition, p["pep"], p["client"])})
+                               r.repetition, pep_label(p), p["client"])})
     items.sort(key=lambda d: d["rank"])
     for it in items[:GALLERY_DRAWN]:
         if not os.path.exists(os.path.join(it["dir"], "report.html")):
             stream.write(f"satbed report: drawing the graphs of cell {it['row'].hash} "
-                         f"({it['row'].params['client']}/{it['row'].params['pep']})\n")
+                         f"({it['row'].params['client']}/{pep_label(it['row'].params)})\n")
             stream.flush()
             try:
                 from analysis.report import write_report
@@ -490,7 +507,7 @@ def gallery_html(out: str, items: list[dict]) -> list[str]:
     for it in items:
         r, p = it["row"], it["row"].params
         cell = os.path.join(out, "cells", r.hash)
-        label = f"{p['client']} / {p['pep']}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, repetition {r.repetition}"
+        label = f"{p['client']} / {pep_label(p)}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, repetition {r.repetition}"
         links = [f"<a href='cells/{r.hash}/report.html'>cell report</a>"] if it["report"] else []
         shown = [g for g in it["pngs"] if os.path.basename(g).startswith("tsg_window")] or it["pngs"][:1]
         figures = []
@@ -610,7 +627,7 @@ def build(out: str) -> str:
 
     parts.append("<h2>Cells</h2>")
     body = []
-    for r in sorted(rows, key=lambda r: (r.params["client"], r.params["pep"], r.params["rtt"], r.params["ber"],
+    for r in sorted(rows, key=lambda r: (r.params["client"], pep_label(r.params), r.params["rtt"], r.params["ber"],
                                          r.repetition)):
         link = f"cells/{r.hash}/"
         rep = os.path.join(out, "cells", r.hash, "report.html")
@@ -618,7 +635,7 @@ def build(out: str) -> str:
             f"<a href='{link}'>{r.hash}</a>"
         st = html.escape(r.status) if r.status in MEASURED else f"<span class='failed'>{html.escape(r.status)}</span>"
         p = r.params
-        body.append([name, html.escape(p["client"]), html.escape(p["pep"]), f"{p['rtt']:g}", fmt_ber(p["ber"]),
+        body.append([name, html.escape(p["client"]), html.escape(pep_label(p)), f"{p['rtt']:g}", fmt_ber(p["ber"]),
                      _human_size(p["size"]), str(r.repetition), st, _fmt_bps(r.goodput_bps),
                      f"{r.seconds:.1f}" if r.seconds else "–", html.escape((r.error or "")[:200])])
     parts.append(_table(["cell", "client", "PEP", "RTT ms", "BER", "size", "rep", "status", "goodput Mbit/s",

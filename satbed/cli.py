@@ -10,7 +10,7 @@ import signal
 import sys
 
 from satbed import __version__
-from satbed.errors import SatbedError
+from satbed.errors import SatbedError, error_line
 
 
 def _terminate(signum, frame):
@@ -211,7 +211,14 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from satbed.proc import require_root
     from satbed.testbed import clean
     require_root()
-    done = clean()
+    done = []
+    if args.backend == "ansible":
+        # First, while the killed runs' directories (a PEP's state) are intact.
+        import os
+        from satbed import ansible, records
+        live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
+        done += ansible.clean(os.environ.get(ansible.INVENTORY_ENV, ""), live)
+    done += clean()
     # Containers of runs killed before their record listed them.
     from satbed import docker
     done += [f"container {c} removed" for c in docker.clean_orphans()]
@@ -309,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(fn=cmd_report, needs_root=False)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
+    k.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
+                   help="ansible: also on the machines of --inventory (processes, PEP rules, qdiscs); "
+                        "namespaces and containers are cleaned whatever the backend")
+    k.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")
     k.set_defaults(fn=cmd_clean)
 
     pc = sub.add_parser("pep-check", help="test a PEP container image against the image contract")
@@ -343,8 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             require_root()
         return args.fn(args)
     except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     except KeyboardInterrupt:
         # Everything is removed by now: a further Ctrl-C has nothing left to stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

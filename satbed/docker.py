@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from satbed import records
-from satbed.errors import SatbedError
+from satbed.errors import SatbedError, error_line, one_line_errors
 from satbed.net import SANDBOXES, Sandbox
 from satbed.proc import REPO_ROOT, last_line
 from satbed.proc import run as proc_run
@@ -602,17 +602,14 @@ def main(argv: list[str]) -> int:
     names = [a for a in argv[1:] if a != "--force"]
     reason = available()
     if reason:
-        print(f"satbed: error: {reason}", file=sys.stderr)
-        return 2
-    try:
+        return error_line(SatbedError(reason))
+
+    def body() -> int:
         started = time.monotonic()
         built = build_images(names or None, force=force)
         print(f"images ready in {time.monotonic() - started:.0f} s: {', '.join(built.values())}")
-    except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        return 2
-    return 0
-
+        return 0
+    return one_line_errors(body)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

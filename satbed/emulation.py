@@ -213,6 +213,22 @@ def spin_us() -> int | None:
     return v
 
 
+IO_ENV = "SATBED_EMULATOR_IO"
+IO_PATHS = ("auto", "tpacket", "socket")
+
+
+def io_path() -> str | None:
+    """satemu's packet path (-io): auto (its default: the TPACKET_V3 ring,
+    else plain sockets), tpacket or socket; SATBED_EMULATOR_IO picks one.
+    satemu records the path it used in emulator.json ("io")."""
+    raw = os.environ.get(IO_ENV)
+    if raw is None or raw == "":
+        return None
+    if raw not in IO_PATHS:
+        raise SatbedError(f"bad {IO_ENV} {raw!r}: want one of {', '.join(IO_PATHS)}")
+    return raw
+
+
 def control_request(path: str, req: dict) -> dict:
     """One request on a satemu control socket, one JSON reply."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -253,6 +269,7 @@ class Satemu(Emulator):
         self.control = f"/run/satbed/{node.prefix}-{node.short}-satemu.sock"
         self.proc: subprocess.Popen | None = None
         self.spin_us = spin_us()
+        self.io = io_path()
 
     def config_doc(self) -> dict:
         def direction(d: Direction) -> dict:
@@ -273,7 +290,8 @@ class Satemu(Emulator):
         self.proc = self.node.popen([binary, "-a", self.node.port("a").name, "-b", self.node.port("b").name,
                                      "-config", conf, "-control", self.control, "-stats-dir", self.stats_dir,
                                      *(["-no-qdisc-bypass"] if self.captured else []),
-                                     *([f"-spin-us={self.spin_us}"] if self.spin_us is not None else [])],
+                                     *([f"-spin-us={self.spin_us}"] if self.spin_us is not None else []),
+                                     *([f"-io={self.io}"] if self.io is not None else [])],
                                     stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 10
@@ -362,6 +380,8 @@ class TcEmulator(Emulator):
                 raise SatbedError("the tc backend has no outages, profiles or Gilbert-Elliott here: "
                                   "use --emulator userspace")
         self.node.bridge()
+        for p in self.node.ports:
+            self.node.sandbox.on_clean(["tc", "qdisc", "del", "dev", self.node.port(p).name, "root"])
         self.applied = self.commands(netem)
         for cmd in self.applied:
             self.node.run(cmd)

@@ -62,6 +62,7 @@ import fcntl
 import hashlib
 import json
 import collections
+import concurrent.futures
 import math
 import os
 import shutil
@@ -69,13 +70,14 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 
 from satbed import paths, records, schemas, yamlfile
 from satbed.emulation import SPIN_ENV
-from satbed.errors import SatbedError
+from satbed.errors import SatbedError, error_line
 from satbed.proc import REPO_ROOT
 from satbed.store import DONE, MEASURED, CellRow, Store
 from satbed.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
@@ -165,7 +167,12 @@ def _link(v) -> dict:
     bad = sorted(set(v) - known)
     if bad:
         raise SatbedError(f"unknown link field {bad[0]!r} (known: {', '.join(sorted(known))})")
-    return dict(v)
+    out = dict(v)
+    if isinstance(out.get("profile"), str) and not os.path.isabs(out["profile"]):
+        # A repository path (profiles/link/...): satemu opens it from the
+        # cell's own directory, where a relative name finds nothing.
+        out["profile"] = os.path.join(REPO_ROOT, out["profile"])
+    return out
 
 
 def _scenario(v) -> str | None:
@@ -214,7 +221,8 @@ class Cell:
         p = self.params
         paths = "".join(f" {k}={v}" for k, v in sorted(p.items()) if "." in k)
         variant = f" [{p['variant']}]" if p.get("variant") else ""
-        return (f"{p['client']}/{p['pep']}{variant} rtt={p['rtt']:g} ber={p['ber']:g} "
+        opts = f" {p['pep_options']}" if p.get("pep_options") else ""
+        return (f"{p['client']}/{p['pep']}{opts}{variant} rtt={p['rtt']:g} ber={p['ber']:g} "
                 f"size={human_size(p['size'])}{paths} #{self.repetition}")
 
 
@@ -286,6 +294,10 @@ def _build(doc, path: str, backend: str) -> Experiment:
     if variants:
         combos = [{**c, **v.settings, "variant": v.name} for c in combos for v in variants
                   if v.clients is None or {**c, **v.settings}["client"] in v.clients]
+    # A PEP's options without a PEP mean nothing: a pep_options axis beside
+    # pep: [none, pepd] (the Global Hawk matrix's pepd wan=rate rows) runs the
+    # no-PEP cells once, not once per option (the hash dedupes them below).
+    combos = [{**c, "pep_options": ""} if c.get("pep") == "none" and c.get("pep_options") else c for c in combos]
     _check_peps({c["pep"] for c in combos}, backend)
     exp = Experiment(name, path, str(doc.get("description") or ""))
     seen: set[str] = set()
@@ -709,6 +721,15 @@ def running_child(cell_dir: str) -> tuple[int, int] | None:
     return (pid, start) if records.start_time(pid) == start else None
 
 
+def write_exit(cell_dir: str, code: int) -> None:
+    """A cell's exit status, whole or not at all: the parent polls for the
+    file and read an empty one, just created, as a killed cell."""
+    tmp = os.path.join(cell_dir, EXIT_FILE + ".tmp")
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(f"{code}\n")
+    os.replace(tmp, os.path.join(cell_dir, EXIT_FILE))
+
+
 def read_exit(cell_dir: str) -> int:
     """The exit status a cell child recorded; -9 (killed) when it recorded none."""
     try:
@@ -851,7 +872,10 @@ def spawn_batch(cells: list[Cell], out: str, backend: str) -> tuple[subprocess.P
 
 def run_batch_child(batch_dir: str) -> int:
     """The child side of a batch: runner.run_batch over its cells, each
-    cell's analysis after its transfer, each cell's exit status as it ends."""
+    cell's analysis beside the next transfer (one worker thread at the
+    lowest priority: a transfer mostly waits on the satellite's round trips,
+    and a short cell's analysis took as long as its transfer), each cell's
+    exit status as its analysis ends."""
     from satbed import runner
 
     def terminate(signum, frame):
@@ -859,6 +883,8 @@ def run_batch_child(batch_dir: str) -> int:
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     rc = 0
+    analyst = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="analysis",
+                                                    initializer=_lowest_priority)
     try:
         with open(os.path.join(batch_dir, BATCH_FILE), encoding="utf-8") as f:
             doc = json.load(f)
@@ -871,40 +897,41 @@ def run_batch_child(batch_dir: str) -> int:
         wanted = [c.analyze and c.captures != "none" for c in cfgs]
         for c in cfgs:
             c.analyze = False
+
+        def finish(i: int, result: dict) -> None:
+            code = 2 if result.get("error") else 0
+            if not code and wanted[i]:
+                result = runner.analyze(cell_dirs[i], result, graphs=cfgs[i].graphs)
+                _mark_analyzed(cell_dirs[i])
+            if not code and result.get("integrity", "ok") not in ("ok", "incomplete"):
+                code = 3
+            if code == 2:
+                print(f"satbed: cell {doc['cells'][i]}: {result.get('error')}", file=sys.stderr, flush=True)
+            write_exit(cell_dirs[i], code)
+
         transfers = runner.run_batch(cfgs, cell_dirs, batch_dir, backend=doc.get("backend", "mininet"))
+        pending = []
         try:
             for i, result in transfers:
-                code = 2 if result.get("error") else 0
-                if not code and wanted[i]:
-                    result = _analyze_niced(cell_dirs[i], result, cfgs[i].graphs)
-                if not code and result.get("integrity", "ok") not in ("ok", "incomplete"):
-                    code = 3
-                if code == 2:
-                    print(f"satbed: cell {doc['cells'][i]}: {result.get('error')}", file=sys.stderr, flush=True)
-                with open(os.path.join(cell_dirs[i], EXIT_FILE), "w", encoding="ascii") as f:
-                    f.write(f"{code}\n")
+                pending.append(analyst.submit(finish, i, result))
         finally:
             transfers.close()       # tears the testbed down
+        for p in pending:
+            p.result()
     except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        rc = 2
-    with open(os.path.join(batch_dir, EXIT_FILE), "w", encoding="ascii") as f:
-        f.write(f"{rc}\n")
+        rc = error_line(e)
+    finally:
+        # Interrupted: the analyses not begun are dropped (their cells have
+        # no exit status and run again on resume); the one under way ends.
+        analyst.shutdown(wait=True, cancel_futures=True)
+    write_exit(batch_dir, rc)
     return rc
 
 
-def _analyze_niced(cell_dir: str, result: dict, graphs: bool) -> dict:
-    """A cell's analysis at the lowest priority (the other cells' transfers
-    come first), then back to normal for the batch's next transfer."""
-    from satbed import runner
-    old = os.getpriority(os.PRIO_PROCESS, 0)
-    os.setpriority(os.PRIO_PROCESS, 0, 19)
-    try:
-        result = runner.analyze(cell_dir, result, graphs=graphs)
-        _mark_analyzed(cell_dir)
-    finally:
-        os.setpriority(os.PRIO_PROCESS, 0, old)
-    return result
+def _lowest_priority() -> None:
+    """The calling thread (and what it starts: tcptrace) at nice 19; on
+    Linux a thread's nice value is its own."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def run_cell_child(cell_dir: str) -> int:
@@ -916,8 +943,7 @@ def run_cell_child(cell_dir: str) -> int:
     signal.signal(signal.SIGINT, terminate)
     rc = _run_cell(cell_dir)
     # Written last: a cell without it was killed before it finished.
-    with open(os.path.join(cell_dir, EXIT_FILE), "w", encoding="ascii") as f:
-        f.write(f"{rc}\n")
+    write_exit(cell_dir, rc)
     return rc
 
 
@@ -937,8 +963,7 @@ def _run_cell(cell_dir: str) -> int:
             result = runner.analyze(cell_dir, result, graphs=cfg.graphs)
             _mark_analyzed(cell_dir)
     except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     return 0 if result.get("integrity", "ok") in ("ok", "incomplete") else 3
 
 
@@ -1032,6 +1057,11 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
     require_root()
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    if backend == "ansible":
+        # One set of machines: two cells at once would share its bridges, emulator and PEPs.
+        if jobs not in (None, 1):
+            raise SatbedError(f"--backend ansible runs one cell at a time on its machines: --jobs 1, not {jobs}")
+        jobs = 1
     out = paths.results_dir(out)    # absolute: cells run from the repository root
     os.makedirs(os.path.join(out, "cells"), exist_ok=True)
     # One matrix per results directory: two would run the same cells twice.

@@ -83,6 +83,12 @@ class Sandbox:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def on_clean(self, args: list[str]) -> None:
+        """A command that undoes what the run sets up in this node, for
+        `satbed clean` should the run be killed before undoing it itself.
+        A namespace or a container takes everything with it when removed;
+        a machine keeps it (satbed.ansible)."""
+
     def admin(self, node: "Node", args: list[str]) -> subprocess.CompletedProcess:
         """satbed's own configuration of the node's network namespace (a
         sysctl). A namespace node runs it inside; a container node, whose

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, field
 
 from satbed import docker, proc, records
-from satbed.errors import SatbedError
+from satbed.errors import SatbedError, error_line
 from satbed.net import Host
 from satbed.proc import last_line, require_root, require_tools
 
@@ -448,8 +448,7 @@ def main(argv: list[str]) -> int:
     try:
         report = check(argv[0])
     except SatbedError as e:
-        print(f"satbed: error: {e}", file=sys.stderr)
-        return 2
+        return error_line(e)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1
 

@@ -130,15 +130,19 @@ class Pep:
                     self.env[var] = os.path.abspath(os.environ[var])
         self.started = False
 
+    def _argv(self, verb: str) -> list[str]:
+        return ["env", *(f"{k}={v}" for k, v in self.env.items()), *self.command, verb]
+
     def _call(self, verb: str, timeout: float = 30, check: bool = True):
-        cp = self.node.run(["env", *(f"{k}={v}" for k, v in self.env.items()), *self.command, verb],
-                           timeout=timeout, check=False)
+        cp = self.node.run(self._argv(verb), timeout=timeout, check=False)
         if check and cp.returncode != 0:
             raise SatbedError(f"PEP {self.name} on {self.node.name}: {verb} failed: "
                               f"{last_line(cp.stderr or cp.stdout) or 'exit ' + str(cp.returncode)}")
         return cp
 
     def start(self) -> None:
+        # Registered first: stop is idempotent, and a run killed amid start leaves rules too.
+        self.node.sandbox.on_clean(self._argv("stop"))
         # Generous: a dozen parallel matrix cells on two cores once made a start take over 30 s.
         self._call("start", timeout=90)
         self.started = True

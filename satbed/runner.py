@@ -352,7 +352,8 @@ class Session:
         if self.proof:
             result["split_proof"] = self.proof
         try:
-            t.caps = Captures(vantage_points(self.tb, self.plan), run_dir, cfg.captures)
+            t.caps = Captures(vantage_points(self.tb, self.plan), run_dir, cfg.captures,
+                              rate_bps=self.plan.path_rate_bps())
             t.caps.start()
             router_ports = [i for r in self.tb.routers.values() for i in r.intfs.values()]
             if router_ports:
@@ -392,7 +393,8 @@ class Session:
             # The whole machine's CPU during the measurement, steal included:
             # a virtual machine's stolen time shows as emulator lateness.
             result["host_cpu"] = cpu_after.since(cpu_before)
-        self.env["offloads"] = tb.offload_state()
+        if "offloads" not in self.env:     # an ethtool per interface: once per testbed, not per transfer
+            self.env["offloads"] = tb.offload_state()
         self.env["tcp_congestion_control"] = tb.tcp_cc
 
     def end(self, t: Transfer, result: dict) -> None:

@@ -18,10 +18,12 @@ ansible-playbook and bin/ (`make build`); skips with the reason otherwise."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -144,9 +146,11 @@ class Bed:
     def playbook(self, *extra: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "ANSIBLE_PIPELINING": "1", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORKS": "5",
                "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_LOCAL_TEMP": os.path.join(self.workdir, "tmp"),
-               "ANSIBLE_SSH_CONTROL_PATH_DIR": os.path.join(self.workdir, "cp")}
+               "ANSIBLE_SSH_CONTROL_PATH_DIR": os.path.join(self.workdir, "cp"),
+               # The satbed_host role's bundle of the build goes there too, not in /tmp.
+               "TMPDIR": self.workdir}
         return subprocess.run(["ansible-playbook", "-i", self.inventory, PLAYBOOK, *extra], capture_output=True,
-                              text=True, timeout=900, env=env, cwd=REPO)
+                              text=True, timeout=2400, env=env, cwd=REPO)
 
     def exec(self, node: str, *args: str) -> subprocess.CompletedProcess:
         return docker.docker("exec", self.containers[node], *args, check=False)
@@ -219,6 +223,82 @@ def test_site_playbook_twice_changes_nothing_the_second_time(bed):
     assert "master" not in bed.exec("emulator", "ip", "-o", "link", "show", "dev", "eth1").stdout
 
 
+def _copy_out(bed, node: str, root: str, paths: list[str]) -> None:
+    """Files of a machine into root (a root directory for systemd-analyze)."""
+    for path in paths:
+        os.makedirs(root + os.path.dirname(path), exist_ok=True)
+        docker.docker("cp", f"{bed.containers[node]}:{path}", root + path)
+
+
+def _verify_unit(root: str, unit: str) -> None:
+    """systemd-analyze verify against the machine's own files: a unit that
+    does not parse, or names a command the machine lacks, says so. The
+    machines have no systemd of their own: this host's units stand in for
+    the ones a unit's default dependencies name (sysinit.target...)."""
+    system = os.path.join(root, "usr/lib/systemd/system")
+    if not os.path.isdir(system):
+        shutil.copytree(os.path.realpath("/lib/systemd/system"), system, symlinks=True)
+    cp = subprocess.run(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"],
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0 and not (cp.stdout + cp.stderr).strip(), (unit, cp.stdout + cp.stderr)
+
+
+def _exec_start(bed, node: str, unit: str) -> list[list[str]]:
+    text = bed.exec(node, "cat", f"/etc/systemd/system/{unit}").stdout
+    return [line.split("=", 1)[1].split() for line in text.splitlines() if line.startswith("ExecStart=")]
+
+
+@needs_root
+@needs_docker
+@needs_ansible
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing")
+def test_boot_units(bed, tmp_path):
+    """The units the roles install. The containers run no systemd, so each
+    unit is checked by systemd-analyze verify against the machine's own
+    files, and its command is run as systemd would run it: at boot, from
+    ports that lost their state; the standing link for a few seconds. (The
+    tc standing link needs netem, which this kernel lacks: not run here.)"""
+    if not bed.applied:
+        pytest.skip("the site playbook did not apply")
+    for node in NICS:
+        root = str(tmp_path / node)
+        _copy_out(bed, node, root, ["/etc/systemd/system/satbed-ports.service", "/usr/local/sbin/satbed-ports"])
+        _verify_unit(root, "satbed-ports.service")
+    # As after a reboot: no bridge on a PEP, no address on an end host.
+    bed.exec("pepA", "ip", "link", "del", "br0")
+    bed.exec("clientA", "ip", "-4", "addr", "flush", "dev", "eth1")
+    for node in ("pepA", "clientA"):
+        assert bed.exec(node, "/usr/local/sbin/satbed-ports", "check").returncode == 1
+        for cmd in _exec_start(bed, node, "satbed-ports.service"):
+            cp = bed.exec(node, *cmd)
+            assert cp.returncode == 0, (node, cmd, cp.stdout + cp.stderr)
+        cp = bed.exec(node, "/usr/local/sbin/satbed-ports", "check")
+        assert cp.returncode == 0, (node, cp.stdout)
+
+    # The standing link (satemu as a service): installed, verified, run.
+    standing = bed.playbook("--limit", "emulator", "--tags", "satemu", "-e", "satemu_standing=true")
+    assert standing.returncode == 0, tail(standing)
+    root = str(tmp_path / "standing")
+    _copy_out(bed, "emulator", root, ["/etc/systemd/system/satbed-link.service",
+                                      "/etc/systemd/system/satbed-ports.service", "/usr/local/sbin/satbed-ports",
+                                      "/etc/satbed/satemu.json", os.path.join(REPO, "bin", "satemu")])
+    _verify_unit(root, "satbed-link.service")
+    # A run refuses the machines while the standing link holds the emulator's ports.
+    cp = satbed("run", "--backend", "ansible", "--inventory", bed.inventory, "--client", "ping",
+                "--out", bed.runs_dir, timeout=120)
+    assert cp.returncode == 2 and "emulator: a standing link is installed" in cp.stderr, cp.stderr
+    # The service's command stays up (stopped after 3 s by timeout, 124),
+    # in the state directory systemd would make.
+    [cmd] = _exec_start(bed, "emulator", "satbed-link.service")
+    cp = bed.exec("emulator", "sh", "-c", "mkdir -p /var/lib/satbed/emulator && timeout 3 " + " ".join(cmd))
+    assert cp.returncode == 124, cp.stdout + cp.stderr
+    # Not standing again: the role removes it, and the run may go on.
+    off = bed.playbook("--limit", "emulator", "--tags", "satemu")
+    assert off.returncode == 0 and recap(off.stdout)["emulator"]["changed"] > 0, tail(off)
+    assert bed.exec("emulator", "test", "-e", "/etc/systemd/system/satbed-link.service").returncode == 1
+    bed.exec("emulator", "rm", "-rf", "/var/lib/satbed")
+
+
 @needs_ansible
 @pytest.mark.skipif(shutil.which("ansible-lint") is None, reason="ansible-lint missing")
 def test_ansible_lint_passes():
@@ -275,6 +355,90 @@ def test_run_across_the_machines(bed):
 @needs_root
 @needs_docker
 @needs_ansible
+def test_matrix_across_the_machines(bed, tmp_path):
+    """A small matrix on the machines: the SSH-based clients (their sshd on
+    its own port, the machine's sshd keeping 22) and Saratoga, without and
+    with pepd, one cell at a time; every file intact."""
+    if not bed.applied:
+        pytest.skip("the site playbook did not apply")
+    exp = tmp_path / "machines.yaml"
+    exp.write_text(yaml.safe_dump({
+        "name": "machines", "repetitions": 1,
+        "fixed": {"size": "256K", "direction": "download", "rtt": 100, "emulator": "userspace",
+                  "captures": "none"},
+        "axes": {"client": ["scp", "sftp", "rsync", "saratoga"], "pep": ["none", "pepd"]}}))
+    out = os.path.join(bed.runs_dir, "matrix")
+    cp = satbed("matrix", str(exp), "--backend", "ansible", "--inventory", bed.inventory, "--jobs", "2",
+                "--out", out, timeout=60)
+    assert cp.returncode == 2 and "one cell at a time" in cp.stderr, cp.stderr
+    started = time.monotonic()
+    cp = satbed("matrix", str(exp), "--backend", "ansible", "--inventory", bed.inventory, "--out", out,
+                timeout=1200)
+    print(f"8 cells in {time.monotonic() - started:.0f} s")
+    assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
+    results = []
+    for path in glob.glob(os.path.join(out, "cells", "*", "result.json")):
+        with open(path, encoding="utf-8") as f:
+            results.append(json.load(f))
+    assert len(results) == 8
+    for r in results:
+        cell = (r["client"], r["pep"]["name"] if isinstance(r["pep"], dict) else r["pep"])
+        assert r["integrity"] == "ok" and r["sha256"] == r["sha256_expected"], (cell, r.get("error"))
+        print(cell, r.get("goodput_bps"), r.get("tcp_connect_ms"))
+    # Nothing left running: no PEP, emulator or capture, no run's sshd.
+    for node in NICS:
+        ps = bed.exec(node, "ps", "-eo", "args=").stdout.splitlines()
+        assert not [a for a in ps if a.split()[0].rsplit("/", 1)[-1] in ("pepd", "satemu", "tcpdump")
+                    or "sshd_config" in a], (node, ps)
+
+
+@needs_root
+@needs_docker
+@needs_ansible
+def test_clean_reaches_the_machines(bed):
+    """A run killed mid-transfer leaves pepd and its interception on the PEP
+    machines (and satemu, tcpdump...); `satbed clean --backend ansible`
+    stops all of it."""
+    if not bed.applied:
+        pytest.skip("the site playbook did not apply")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    run = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "run", "--backend", "ansible", "--inventory",
+                            bed.inventory, "--client", "ftp", "--pep", "pepd", "--rtt", "200", "--rate", "2mbit",
+                            "--size", "20M", "--out", bed.runs_dir], cwd=REPO, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 420
+        while "ncftpget" not in bed.exec("clientA", "ps", "-eo", "comm=").stdout.split():
+            assert run.poll() is None and time.monotonic() < deadline, "the run did not reach its transfer"
+            time.sleep(1)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    left = {node: set(bed.exec(node, "ps", "-eo", "comm=").stdout.split()) & {"pepd", "satemu", "tcpdump"}
+            for node in NICS}
+    print("left by the killed run:", left)
+    # pepd (detached by its adapter) and its interception outlive the run for sure.
+    assert "pepd" in left["pepA"] and "pepd" in left["pepB"]
+    assert "satbed_pep" in bed.exec("pepA", "nft", "list", "tables").stdout
+    assert bed.exec("clientA", "sh", "-c", "ls /run/satbed").stdout.strip(), "no pid files left"
+    cp = satbed("clean", "--backend", "ansible", "--inventory", bed.inventory, timeout=300)
+    print(cp.stdout)
+    assert cp.returncode == 0, cp.stderr
+    for node in NICS:
+        ps = set(bed.exec(node, "ps", "-eo", "comm=").stdout.split())
+        assert not {"pepd", "satemu", "tcpdump", "vsftpd", "ncftpget"} & ps, (node, ps)
+        assert bed.exec(node, "sh", "-c", "ls /run/satbed").stdout.strip() == "", node
+    for pep in ("pepA", "pepB"):
+        assert "satbed_pep" not in bed.exec(pep, "nft", "list", "tables").stdout
+        assert "lookup 100" not in bed.exec(pep, "ip", "rule").stdout
+    # Nothing more to do the second time.
+    cp = satbed("clean", "--backend", "ansible", "--inventory", bed.inventory, timeout=300)
+    assert cp.returncode == 0 and "process(es) stopped, " not in cp.stdout, cp.stdout
+
+
+@needs_root
+@needs_docker
+@needs_ansible
 def test_bad_inventories_say_one_line(bed, tmp_path):
     if not bed.applied:
         pytest.skip("the site playbook did not apply")
@@ -294,3 +458,7 @@ def test_bad_inventories_say_one_line(bed, tmp_path):
                     "--out", bed.runs_dir, timeout=120)
         lines = cp.stderr.strip().splitlines()
         assert cp.returncode == 2 and len(lines) == 1 and said in lines[0], (case, cp.stderr)
+    # clean names a machine it cannot reach, after cleaning the others.
+    cp = satbed("clean", "--backend", "ansible", "--inventory", cases["unreachable"][0], timeout=120)
+    lines = cp.stderr.strip().splitlines()
+    assert cp.returncode == 2 and len(lines) == 1 and "clean: clientB (127.0.0.1)" in lines[0], cp.stderr

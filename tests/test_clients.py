@@ -25,6 +25,7 @@ SIZE_BYTES = 2 << 20
 # (client, direction): every client once, both directions for ftp and scp.
 TRANSFERS = [("ftp", "download"), ("ftp", "upload"), ("scp", "download"), ("scp", "upload"),
              ("sftp", "download"), ("rsync", "upload"), ("wget", "download"), ("nuttcp-tcp", "download"),
+             ("tcp", "download"), ("tcp", "upload"),
              ("saratoga", "download")]
 BASELINES = [("nuttcp-udp", "download"), ("iperf3", "upload")]
 INTERACTIVE = [("telnet", "download"), ("ssh", "download")]

@@ -91,3 +91,17 @@ def test_tc_backend_without_netem_says_so(tmp_path):
         emu = TcEmulator(node, LinkConfig.symmetric(rtt_ms=100, backend="tc"), str(tmp_path))
         with pytest.raises(SatbedError, match="no netem"):
             emu.start()
+
+
+@pytest.mark.parametrize("raw, want", [("", None), ("auto", "auto"), ("tpacket", "tpacket"), ("socket", "socket")])
+def test_satemu_packet_path_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, want: str | None) -> None:
+    from satbed.emulation import IO_ENV, io_path
+    monkeypatch.setenv(IO_ENV, raw)
+    assert io_path() == want
+
+
+def test_bad_satemu_packet_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from satbed.emulation import IO_ENV, io_path
+    monkeypatch.setenv(IO_ENV, "xdp")
+    with pytest.raises(SatbedError, match="SATBED_EMULATOR_IO"):
+        io_path()

@@ -71,7 +71,7 @@ def test_recovery_time(pattern, want):
 
 def test_outage_scenario_expands_and_checks_its_keys(tmp_path):
     exp = matrix.load(scenario.find("outage"))
-    assert len(exp.cells) == 24
+    assert len(exp.cells) == 26
     cfgs = [c.config for c in exp.cells]
     assert all(c["cwnd_interval_s"] == 0.1 and c["direction"] == "upload" for c in cfgs)
     sat = cfgs[0]["links"]["sat"]["a_to_b"]

@@ -32,6 +32,9 @@ type Options struct {
 	// EtherType (a kernel filter): a PEP tunnelling its own frames over a
 	// bridge port must not wake up for every bridged frame.
 	EtherType uint16
+	// Ring receives through a TPACKET_V3 mmap ring (see ring.go) instead
+	// of recvmmsg; RcvBuf then does not apply.
+	Ring bool
 }
 
 // sendTimeout bounds a blocked send: frames leave a veth synchronously, so
@@ -60,6 +63,7 @@ type Socket struct {
 	closeOnce sync.Once
 
 	batch *batchState // allocated on first batch use
+	ring  *ring       // TPACKET_V3 receive ring, if Options.Ring
 
 	// recvmsg state, used by the single reader.
 	iov  unix.Iovec
@@ -100,6 +104,9 @@ func Open(name string, o Options) (*Socket, error) {
 	}
 	s := &Socket{fd: fd, Name: name, MTU: ifi.MTU, ifindex: ifi.Index}
 	fail := func(what string, err error) (*Socket, error) {
+		if s.ring != nil {
+			_ = s.ring.close()
+		}
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s: %s: %w", name, what, err)
 	}
@@ -117,6 +124,13 @@ func Open(name string, o Options) (*Socket, error) {
 	// frame arrived, not from when the reader got round to it.
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
 		return fail("SO_TIMESTAMPNS", err)
+	}
+	if o.Ring {
+		r, err := setupRing(fd)
+		if err != nil {
+			return fail("receive ring", err)
+		}
+		s.ring = r
 	}
 	if o.EtherType != 0 {
 		if err := attachEtherTypeFilter(fd, o.EtherType); err != nil {
@@ -141,6 +155,9 @@ func Open(name string, o Options) (*Socket, error) {
 	if err != nil {
 		s.file.Close()
 		unix.Close(txfd)
+		if s.ring != nil {
+			_ = s.ring.close()
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	s.rc = rc
@@ -198,6 +215,15 @@ func openSender(ifindex int, o Options) (int, error) {
 // received the frame (0 if unknown). A frame larger than b is dropped and
 // counted (see Truncated).
 func (s *Socket) Read(b []byte) (n int, age time.Duration, err error) {
+	if s.ring != nil {
+		var sizes [1]int
+		var ages [1]time.Duration
+		got, err := s.ReadBatch([][]byte{b}, sizes[:], ages[:])
+		if err != nil || got == 0 {
+			return 0, 0, err
+		}
+		return sizes[0], ages[0], nil
+	}
 	var rerr error
 	err = s.rc.Read(func(fd uintptr) bool {
 		for {
@@ -304,12 +330,19 @@ func (s *Socket) KernelDrops() uint64 {
 // buffer.
 func (s *Socket) Truncated() uint64 { return s.truncated.Load() }
 
-// Close closes the socket; blocked Reads return an error.
+// Ring reports whether the socket receives through a TPACKET_V3 ring.
+func (s *Socket) Ring() bool { return s.ring != nil }
+
+// Close closes the socket; blocked Reads return an error. With a ring, no
+// Read may be running or start (the mapping goes away).
 func (s *Socket) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		err = s.file.Close()
 		unix.Close(s.txfd)
+		if s.ring != nil {
+			_ = s.ring.close()
+		}
 	})
 	return err
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"satbed/emulator/internal/netns"
 )
 
@@ -44,16 +46,19 @@ func vethPair(t *testing.T) (ns, x, y string) {
 	return ns, x, y
 }
 
-func openIn(t *testing.T, ns, name string) *Socket {
+func openIn(t *testing.T, ns, name string, ring bool) *Socket {
 	t.Helper()
 	var s *Socket
 	err := netns.Do(ns, func() error {
 		var err error
-		s, err = Open(name, Options{QdiscBypass: true})
+		s, err = Open(name, Options{QdiscBypass: true, Ring: ring})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Ring() != ring {
+		t.Fatalf("Ring() = %v, want %v", s.Ring(), ring)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -68,9 +73,21 @@ func testFrame(i byte, size int) []byte {
 	return f
 }
 
+// Both receive paths (recvmmsg, TPACKET_V3 ring) must behave alike.
+var paths = []struct {
+	name string
+	ring bool
+}{{"socket", false}, {"tpacket", true}}
+
 func TestSocketBridgesAndIgnoresOutgoing(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testBridgesAndIgnoresOutgoing(t, p.ring) })
+	}
+}
+
+func testBridgesAndIgnoresOutgoing(t *testing.T, ring bool) {
 	ns, x, y := vethPair(t)
-	sx, sy := openIn(t, ns, x), openIn(t, ns, y)
+	sx, sy := openIn(t, ns, x, ring), openIn(t, ns, y, ring)
 	if sx.MTU != 1500 {
 		t.Errorf("MTU %d", sx.MTU)
 	}
@@ -96,9 +113,48 @@ func TestSocketBridgesAndIgnoresOutgoing(t *testing.T) {
 	}
 }
 
+// TestReadFailsWhenTheInterfaceGoes: both paths report the interface's
+// removal as a read error (satemu then exits and is restarted on the new
+// port); a ring that only stayed empty left a swapped PEP's chain dead.
+func TestReadFailsWhenTheInterfaceGoes(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			ns, x, _ := vethPair(t)
+			sx := openIn(t, ns, x, p.ring)
+			done := make(chan error, 1)
+			go func() {
+				buf := make([]byte, 2048)
+				for {
+					if _, _, err := sx.Read(buf); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			if out, err := exec.Command("ip", "-n", ns, "link", "del", x).CombinedOutput(); err != nil {
+				t.Fatalf("ip link del: %v: %s", err, out)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, unix.ENETDOWN) {
+					t.Fatalf("read error %v, want ENETDOWN", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("read still waiting 10 s after the interface was deleted")
+			}
+		})
+	}
+}
+
 func TestSocketBatches(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testBatches(t, p.ring) })
+	}
+}
+
+func testBatches(t *testing.T, ring bool) {
 	ns, x, y := vethPair(t)
-	sx, sy := openIn(t, ns, x), openIn(t, ns, y)
+	sx, sy := openIn(t, ns, x, ring), openIn(t, ns, y, ring)
 	var frames [][]byte
 	for i := 0; i < 100; i++ {
 		frames = append(frames, testFrame(byte(i), 60+i*10))

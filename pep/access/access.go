@@ -19,11 +19,16 @@
 // violation.
 //
 // ACK reservation (K > 0): once the occupancy reaches K·B the relay stops
-// reading until the occupancy falls below K·B again, i.e. until the
-// satellite side drains (after an outage: as soon as the link is back);
-// the acknowledgements that would have opened the source's window are
-// held back that long, and the first read after it reopens the window by
-// what the LAN share holds, in one update.
+// reading until the occupancy falls below K·B again, so an outage finds
+// only about K·B (plus the LAN share) in the buffer. When the WAN leg comes
+// back (its first progress, or the leg's own link-back signal) the
+// reservation is lifted for one round trip of the leg: the first read
+// reopens the source's window by the reserved (1-K)·B and what the LAN
+// share holds, in one update, half a satellite round trip before the
+// buffer starts to drain, and the source keeps the buffer full while the
+// resent data crosses. Then the bound returns from B to K·B over Settle,
+// so that the source keeps sending near the link rate while the buffer
+// works its way back down to K·B for the next outage.
 package access
 
 import (
@@ -102,22 +107,49 @@ type Decision struct {
 // ends by itself when the satellite side drains: the occupancy is
 // recomputed every tick). The WAN side never gets less than 4 packets
 // of room, so a small K·B cannot stop the relay altogether.
-func (c Config) Decide(inq, wanSide int64) Decision {
+//
+// reserveAt is the occupancy at which the reservation holds the ACKs
+// (K·B, more while it returns to K·B after an outage; 0: none).
+func (c Config) Decide(inq, wanSide, reserveAt int64) Decision {
 	limit := c.Limit()
 	seg := int64(c.Segment)
 	if seg <= 0 {
 		seg = DefaultSegment
 	}
 	d := Decision{WanCap: max(limit-c.LanShare(), 4*seg)}
-	if c.Reserve > 0 {
-		threshold := int64(math.Ceil(c.Reserve * float64(limit)))
-		if inq+wanSide >= threshold {
+	if c.Reserve > 0 && reserveAt > 0 {
+		if inq+wanSide >= reserveAt {
 			d.Reserving = true
 			d.WanCap = 0
 		}
 	}
 	d.Read = wanSide < d.WanCap
 	return d
+}
+
+// Threshold is K·B in bytes.
+func (c Config) Threshold() int64 { return int64(math.Ceil(c.Reserve * float64(c.Limit()))) }
+
+// Settle is how long the reservation's bound takes to return from B to
+// K·B after an outage: at most (1-K)·B over 10 s, a few percent of the
+// link rate for the study's B, so the restarted source is not held back.
+const Settle = 10 * time.Second
+
+// ReserveAt is the reservation's bound at time since the leg came back
+// from an outage (back: the leg's round trip after it, B; then down to
+// K·B over Settle); never back, K·B.
+func (c Config) ReserveAt(since, rtt time.Duration, back bool) int64 {
+	k := c.Threshold()
+	switch {
+	case c.Reserve <= 0:
+		return 0
+	case !back || since >= rtt+Settle:
+		return k
+	case since < rtt:
+		return 0
+	}
+	f := float64(since-rtt) / float64(Settle)
+	return c.Limit() - int64(f*float64(c.Limit()-k))
 }
 
 // StallAfter is the zero-progress time after which the WAN leg counts as

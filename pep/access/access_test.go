@@ -10,24 +10,51 @@ func TestDecide(t *testing.T) {
 	plain := Config{Packets: 100, Segment: seg} // LAN share 25 packets: the WAN side may hold 75
 	res := Config{Packets: 100, Segment: seg, Reserve: 0.8}
 	for _, tc := range []struct {
-		name     string
-		cfg      Config
-		inq, wan int64
-		want     Decision
+		name      string
+		cfg       Config
+		inq, wan  int64
+		reserveAt int64
+		want      Decision
 	}{
-		{"empty buffer: read", plain, 0, 0, Decision{WanCap: 75 * seg, Read: true}},
-		{"WAN side below B minus the LAN share: read", plain, 25 * seg, 74 * seg, Decision{WanCap: 75 * seg, Read: true}},
-		{"WAN side full: stop, the LAN window closes", plain, 10 * seg, 75 * seg, Decision{WanCap: 75 * seg}},
-		{"below K·B: as without reservation", res, 5 * seg, 70 * seg, Decision{WanCap: 75 * seg, Read: true}},
-		{"reaches K·B: nothing is read, ACKs held", res, 10 * seg, 70 * seg, Decision{Reserving: true}},
-		{"drained below K·B: reading resumes at once", res, 10 * seg, 69 * seg, Decision{WanCap: 75 * seg, Read: true}},
-		{"a tiny B keeps 4 packets of WAN room", Config{Packets: 16, Segment: seg}, 0, 0, Decision{WanCap: 4 * seg, Read: true}},
+		{"empty buffer: read", plain, 0, 0, 0, Decision{WanCap: 75 * seg, Read: true}},
+		{"WAN side below B minus the LAN share: read", plain, 25 * seg, 74 * seg, 0, Decision{WanCap: 75 * seg, Read: true}},
+		{"WAN side full: stop, the LAN window closes", plain, 10 * seg, 75 * seg, 0, Decision{WanCap: 75 * seg}},
+		{"below K·B: as without reservation", res, 5 * seg, 70 * seg, 80 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"reaches K·B: nothing is read, ACKs held", res, 10 * seg, 70 * seg, 80 * seg, Decision{Reserving: true}},
+		{"drained below K·B: reading resumes at once", res, 10 * seg, 69 * seg, 80 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"the leg is back: the reservation is released, B applies", res, 25 * seg, 70 * seg, 0, Decision{WanCap: 75 * seg, Read: true}},
+		{"the leg is back but the WAN side holds B minus the LAN share", res, 25 * seg, 75 * seg, 0, Decision{WanCap: 75 * seg}},
+		{"returning to K·B: the bound in between applies", res, 25 * seg, 64 * seg, 90 * seg, Decision{WanCap: 75 * seg, Read: true}},
+		{"a tiny B keeps 4 packets of WAN room", Config{Packets: 16, Segment: seg}, 0, 0, 0, Decision{WanCap: 4 * seg, Read: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.cfg.Decide(tc.inq, tc.wan); got != tc.want {
-				t.Fatalf("Decide(%d, %d) = %+v, want %+v", tc.inq, tc.wan, got, tc.want)
+			if got := tc.cfg.Decide(tc.inq, tc.wan, tc.reserveAt); got != tc.want {
+				t.Fatalf("Decide(%d, %d, %d) = %+v, want %+v", tc.inq, tc.wan, tc.reserveAt, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestReserveAt(t *testing.T) {
+	const seg = 1000
+	res := Config{Packets: 100, Segment: seg, Reserve: 0.8}
+	rtt := 500 * time.Millisecond
+	for _, tc := range []struct {
+		since time.Duration
+		back  bool
+		want  int64
+	}{
+		{0, false, 80 * seg},              // no outage yet: K·B
+		{100 * time.Millisecond, true, 0}, // within the leg's round trip after it came back: lifted
+		{rtt + Settle/2, true, 90 * seg},  // half way back from B to K·B
+		{rtt + Settle, true, 80 * seg},
+	} {
+		if got := res.ReserveAt(tc.since, rtt, tc.back); got != tc.want {
+			t.Errorf("ReserveAt(%v, %v) = %d, want %d", tc.since, tc.back, got, tc.want)
+		}
+	}
+	if got := (Config{Packets: 100}).ReserveAt(0, rtt, true); got != 0 {
+		t.Errorf("without K: %d, want 0", got)
 	}
 }
 

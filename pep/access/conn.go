@@ -31,6 +31,11 @@ type LegState struct {
 	Held        int64         // bytes taken from the LAN socket and not yet acknowledged
 	Outstanding int64         // of those, what the leg waits to see acknowledged (0: idle)
 	SRTT        time.Duration // the leg's smoothed round trip (0: unknown)
+	// Back is when the leg last came back from an outage it detected
+	// itself (zero: never, or the leg cannot tell): the wan=rate tunnel
+	// hears its peer's probe half a round trip before any data it resends
+	// can be acknowledged.
+	Back time.Time
 }
 
 // Leg reports the satellite side's state; an error means it is gone.
@@ -73,6 +78,13 @@ type Conn struct {
 
 	mu  sync.Mutex // guards det
 	det DetectorState
+
+	// Only step's goroutine: when the leg last came back from an outage
+	// and its round trip then (see Config.ReserveAt).
+	backAt   time.Time
+	backRTT  time.Duration
+	lastBack time.Time
+	stepped  bool
 }
 
 // NewConn prepares the policy for one connection; Run drives it.
@@ -133,9 +145,21 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 	if occ > c.high.Load() {
 		c.high.Store(occ)
 	}
+	c.mu.Lock()
+	o, started, ended := c.det.Observe(ls.Acked, ls.Outstanding, now, c.cfg.StallAfter(ls.SRTT))
+	c.down.Store(c.det.Down())
+	c.mu.Unlock()
+	// The leg is back: release what the reservation holds at once, not
+	// when the resent data's acknowledgements have drained the buffer
+	// below K·B a satellite round trip later.
+	// (A link-back before this connection's first step is not its own.)
+	if ended || (c.stepped && ls.Back.After(c.lastBack)) {
+		c.backAt, c.backRTT = now, max(ls.SRTT, 200*time.Millisecond)
+	}
+	c.lastBack, c.stepped = ls.Back, true
 	var d Decision
 	if c.cfg.Enabled() {
-		d = c.cfg.Decide(inq, wanSide)
+		d = c.cfg.Decide(inq, wanSide, c.cfg.ReserveAt(now.Sub(c.backAt), c.backRTT, !c.backAt.IsZero()))
 		c.reserving.Store(d.Reserving)
 		if d.Read {
 			// A grant the relay is still reading shows in neither queue
@@ -145,10 +169,6 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 			c.budget.Store(0)
 		}
 	}
-	c.mu.Lock()
-	o, started, ended := c.det.Observe(ls.Acked, ls.Outstanding, now, c.cfg.StallAfter(ls.SRTT))
-	c.down.Store(c.det.Down())
-	c.mu.Unlock()
 	if (started || ended) && c.hooks.Outage != nil {
 		c.hooks.Outage(o, started)
 	}

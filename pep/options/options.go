@@ -66,7 +66,7 @@ type Options struct {
 	Handshake     string        // HandshakeLocal or HandshakeEndToEnd
 	Wan           string        // WAN leg between two pepds: WanTCP (congestion-controlled, the default) or WanRate (package wanrate)
 	WanRate       int64         // wan=rate: rate hint in bit/s (0 = the link's, SATBED_RATE_BPS)
-	WanAdapt      bool          // wan=rate: follow the path's rate (queueing delay) instead of pinning the hint
+	WanAdapt      bool          // wan=rate: follow the path's rate (on by default; 0 pins the hint)
 	WanWindow     int           // wan=rate: per-stream window in bytes (0 = 8 x BDP, at least 1 MiB)
 	WanGiveUp     time.Duration // wan=rate: a peer silent this long is gone and its streams reset (0 = never)
 	WanFrame      int           // wan=rate: largest data frame in bytes (0 = from the link's BER, at most the MTU)
@@ -101,6 +101,7 @@ func Defaults() Options {
 		Handshake:        HandshakeLocal,
 		Wan:              WanTCP,
 		WanGiveUp:        60 * time.Second,
+		WanAdapt:         true,
 	}
 }
 

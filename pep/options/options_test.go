@@ -30,7 +30,8 @@ func TestParse(t *testing.T) {
 		{in: "handshake=e2e", wantErr: "option handshake: want local or end-to-end"},
 		{in: "handshake=end-to-end workers=2", wantErr: "needs workers=1"},
 		{in: "handshake=end-to-end workers=auto", wantErr: "needs workers=1"},
-		{in: "", check: func(o Options) bool { return o.Wan == WanTCP && !o.WanAdapt }},
+		{in: "", check: func(o Options) bool { return o.Wan == WanTCP && o.WanAdapt }},
+		{in: "wan=rate wan_adapt=0", check: func(o Options) bool { return o.Wan == WanRate && !o.WanAdapt }},
 		{in: "wan=rate wan_rate=8000000 wan_adapt=1 wan_window=4000000", check: func(o Options) bool {
 			return o.Wan == WanRate && o.WanRate == 8000000 && o.WanAdapt && o.WanWindow == 4000000
 		}},

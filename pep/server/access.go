@@ -99,11 +99,11 @@ func (s *Server) attachAccessRate(lan *net.TCPConn, leg rateLeg) func() {
 	var srtt time.Duration
 	var srttAt time.Time
 	state := func() (access.LegState, error) {
-		if now := time.Now(); s.tunnel != nil && now.Sub(srttAt) >= 100*time.Millisecond {
+		if now := time.Now(); now.Sub(srttAt) >= 100*time.Millisecond {
 			srtt, srttAt = time.Duration(s.tunnel.Snapshot().SRTTms*float64(time.Millisecond)), now
 		}
 		acked, held := leg.Progress()
-		return access.LegState{Acked: acked, Held: held, Outstanding: held, SRTT: srtt}, nil
+		return access.LegState{Acked: acked, Held: held, Outstanding: held, SRTT: srtt, Back: s.tunnel.LinkBack()}, nil
 	}
 	id := rateIDBase + uint64(s.access.rateIDs.Add(1))
 	cfg := s.accessConfig()

@@ -66,6 +66,10 @@ func (s *Server) serveRate(c *net.TCPConn, sd *side, client, orig *net.TCPAddr, 
 	}
 	rec.Upstream = "wanrate"
 	s.split.Add(1)
+	// The access node's buffer B and ACK reservation on the data this
+	// pepd sends into the satellite link.
+	stop := s.attachAccessRate(c, st)
+	defer stop()
 	s.relayStream(c, st, sd, start, rec)
 	return true
 }

@@ -70,6 +70,10 @@ type Stream struct {
 	lastProgress   time.Time
 	wasOutstanding bool
 
+	// gate, when set, decides how much of the LAN socket lanToWan may
+	// read (the access-node buffer's policy, package access).
+	gate func(max int, closed <-chan struct{}) int
+
 	snd sndState
 	rcv struct {
 		nxt      uint64            // next offset expected in order
@@ -101,10 +105,12 @@ type sndState struct {
 	recent []*seg // transmitted within about a round trip (spare copies)
 	una    uint64 // everything below was delivered
 	end    uint64 // offset after the last byte read from the LAN
+	sacked int64  // bytes of segs the peer holds out of order (SACKed)
 	limit  uint64 // the peer's window: no data at or beyond it
 	fin    bool   // FIN segment created
 	finAck bool
 	rack   time.Time // latest send time of a frame known delivered (the statuses' TSEcr)
+	heard  time.Time // the peer's last status
 	probe  time.Time // last window probe
 	bytes  int64     // read from the LAN
 }
@@ -225,7 +231,7 @@ func (s *Stream) resetLocked(reason string, toPeer bool) {
 		s.conn.Close()
 	}
 	s.snd.segs, s.snd.lostQ, s.snd.dupQ, s.snd.recent, s.rcv.ooo, s.rcv.ready = nil, nil, nil, nil, nil, nil
-	s.snd.next = 0
+	s.snd.next, s.snd.sacked = 0, 0
 	s.finishLocked()
 	if toPeer && s.t.peer.up {
 		s.resetting = true
@@ -328,6 +334,7 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		t.rttSampleLocked(time.Duration(t.now()-f.TSEcr-f.EcrDelay), now)
 	}
 	sn := &s.snd
+	sn.heard = now
 	if f.Limit > sn.limit {
 		sn.limit = f.Limit
 	}
@@ -338,6 +345,9 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		g := sn.segs[k]
 		if !g.sacked && g.sends > 0 {
 			t.ctl.resolved += wire(g)
+		}
+		if g.sacked {
+			sn.sacked -= int64(len(g.data))
 		}
 		g.done = true
 		if g.fin {
@@ -369,6 +379,7 @@ func (s *Stream) onStatusLocked(f *Frame, now time.Time) {
 		}
 		if b < len(f.SACK) && f.SACK[b].Start <= g.off && g.end() <= f.SACK[b].End && !g.sacked {
 			g.sacked, g.lost = true, false
+			sn.sacked += int64(len(g.data))
 			t.ctl.resolved += wire(g)
 		}
 	}
@@ -436,9 +447,14 @@ func (s *Stream) tickLocked(now time.Time, rto time.Duration) {
 	// Timeout: a frame with no news after an RTO (a lost tail, or a
 	// status that never came) is sent again. Not while the link is
 	// stalled (the probes' answers say what to resend), and counted from
-	// the stall's end for frames sent before it.
+	// the stall's end for frames sent before it. Nor while statuses keep
+	// coming: a frame they do not cover yet is still on its way (a
+	// queue grew on a link that got slower; every one of those frames
+	// resent doubles the queue), and one that is lost is found by the
+	// statuses (RACK) as soon as a later frame arrives.
+	statuses := now.Sub(sn.heard) < rto-t.srtt
 	for _, g := range sn.segs[:sn.next] {
-		if stalled {
+		if stalled || statuses {
 			break
 		}
 		if !g.sacked && !g.lost && now.Sub(g.sent) >= rto && now.Sub(t.stall.ended) >= rto {
@@ -532,6 +548,26 @@ func (s *Stream) Relay(conn *net.TCPConn) (reason string, lanToWan, wanToLan int
 	return reason, s.snd.bytes, s.rcv.bytes
 }
 
+// SetGate makes the LAN->WAN direction ask allow how many of max bytes
+// it may read from the LAN socket (0 once closed is closed). Call before
+// Relay.
+func (s *Stream) SetGate(allow func(max int, closed <-chan struct{}) int) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	s.gate = allow
+}
+
+// Progress returns the sending half's cumulative acknowledgement (bytes
+// the peer has delivered) and what it holds: read from the LAN and not
+// yet acknowledged, cumulatively or selectively (a SACKed frame is in the
+// peer's hands, as a selective-repeat ARQ would clear it; counting it
+// would stop the LAN leg for a round trip after every repaired loss).
+func (s *Stream) Progress() (acked uint64, held int64) {
+	s.t.mu.Lock()
+	defer s.t.mu.Unlock()
+	return s.snd.una, int64(s.snd.end-s.snd.una) - s.snd.sacked
+}
+
 // Bytes returns the bytes moved so far LAN->WAN and WAN->LAN.
 func (s *Stream) Bytes() (lanToWan, wanToLan int64) {
 	s.t.mu.Lock()
@@ -557,7 +593,13 @@ func (s *Stream) lanToWan(conn *net.TCPConn) {
 			return
 		}
 		room := min(len(buf), t.cfg.Window-int(s.snd.end-s.snd.una))
+		gate := s.gate
 		t.mu.Unlock()
+		if gate != nil {
+			if room = gate(room, s.done); room == 0 {
+				return // the stream ended while the gate held the read
+			}
+		}
 		n, err := conn.Read(buf[:room])
 		t.mu.Lock()
 		if s.reset {

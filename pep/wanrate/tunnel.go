@@ -150,6 +150,18 @@ type Tunnel struct {
 		// known in the interval (delivered, or lost after crossing the
 		// bottleneck): with a queue standing, the bottleneck's rate.
 		resolved float64
+		sent     float64 // wire bits of data frames sent in the interval
+		// The previous interval's rates (bit/s), so a decision rests on
+		// two round trips, not on one a busy host distorted.
+		prevGot, prevSent float64
+		// What the bottleneck passed in recent intervals with a queue
+		// standing (the link busy all along): its rate, less any
+		// interval in which this host read the statuses late.
+		passed   []rateSample
+		btl      float64   // the bottleneck's rate as last estimated (0: not yet)
+		draining bool      // pacing below btl until the queue is gone
+		drainBy  time.Time // when the queue should be gone
+		hold     time.Time // no probing up before this (just drained)
 	}
 	cap int64 // probing ceiling (0: none)
 
@@ -382,7 +394,8 @@ func (t *Tunnel) sendLoop() {
 			continue
 		}
 		var frame []byte
-		if len(t.ctrl) > 0 {
+		isCtrl := len(t.ctrl) > 0
+		if isCtrl {
 			frame = t.ctrl[0]
 			t.ctrl = t.ctrl[1:]
 		} else if frame = t.nextDataLocked(buf[:0], now); frame != nil && t.stall.quiet.IsZero() {
@@ -396,7 +409,11 @@ func (t *Tunnel) sendLoop() {
 			t.mu.Unlock()
 			continue
 		}
-		t.pace.consume(float64(len(frame)+t.link.Overhead()) * 8)
+		bits := float64(len(frame)+t.link.Overhead()) * 8
+		t.pace.consume(bits)
+		if !isCtrl {
+			t.ctl.sent += bits
+		}
 		t.st.FramesSent++
 		t.mu.Unlock()
 		if err := t.link.Send(frame, to); err != nil {
@@ -421,6 +438,9 @@ func (t *Tunnel) dataPendingLocked() bool {
 			return true
 		}
 	}
+	if !t.spareOKLocked() {
+		return false
+	}
 	now := time.Now()
 	for _, s := range t.order {
 		if s.spareSegLocked(now, t.srtt, false) != nil {
@@ -428,6 +448,13 @@ func (t *Tunnel) dataPendingLocked() bool {
 		}
 	}
 	return false
+}
+
+// spareOKLocked says whether spare copies may go out: not while a queue
+// stands on the path (self-tuning saw one), where the link is busy with
+// frames already sent and a copy only deepens the queue.
+func (t *Tunnel) spareOKLocked() bool {
+	return !t.ctl.queued && !t.ctl.draining
 }
 
 // nextDataLocked encodes the next data frame, round robin over streams.
@@ -439,6 +466,8 @@ func (t *Tunnel) nextDataLocked(buf []byte, now time.Time) []byte {
 		var dup, spare bool
 		if i < n {
 			sg, dup = s.nextSegLocked()
+		} else if !t.spareOKLocked() {
+			break
 		} else if sg = s.spareSegLocked(now, t.srtt, true); sg != nil {
 			dup, spare = true, true
 		}
@@ -624,6 +653,15 @@ func (t *Tunnel) helloLocked(f *Frame, from HWAddr, now time.Time) {
 	}
 }
 
+// LinkBack is when the link last came back from a stall (zero: never):
+// the first frame heard from the peer after it, at which the outage's
+// losses are being resent.
+func (t *Tunnel) LinkBack() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stall.ended
+}
+
 // heardLocked notes a frame from the peer: the link works, and a stall,
 // if any, is over at once. Repair and pacing restart with this frame; a
 // probe asks the peer for every stream's status, whose answer marks what
@@ -807,12 +845,36 @@ func (t *Tunnel) rttSampleLocked(r time.Duration, now time.Time) {
 	t.srtt = (7*t.srtt + r) / 8
 }
 
-// rateControlLocked adjusts the pacing rate once per round trip. Loss
-// never lowers it (on this link loss is corruption); queueing delay does:
-// when the smallest round trip of the last interval stands clearly above
-// the path's minimum, frames are waiting in a queue, i.e. the link is
-// slower than the pacer. Without queueing and with the pacer holding the
-// sender back, the rate probes up, at most to the hint.
+// inflightBitsLocked is what was sent and is not known delivered or lost
+// (wire bits of data frames).
+func (t *Tunnel) inflightBitsLocked() float64 {
+	var b float64
+	for _, s := range t.order {
+		for _, g := range s.snd.segs[:s.snd.next] {
+			if !g.sacked && !g.lost {
+				b += float64(len(g.data)+DataOverhead+t.link.Overhead()) * 8
+			}
+		}
+	}
+	return b
+}
+
+type rateSample struct {
+	at  time.Time
+	bps float64
+}
+
+// rateControlLocked follows the path's rate (Adapt), once per round trip.
+// Loss never lowers it (on this link loss is corruption). A queue does:
+// when the smallest round trip of an interval stands clearly above the
+// path's minimum in two intervals in a row, and the bottleneck passed
+// clearly less than was sent meanwhile (a busy host that reads statuses
+// late delays them, but does not make the link deliver less than it was
+// given), the link is slower than the pacer. The rate the bottleneck
+// passed (data frames resolved per second: delivered, or lost after
+// crossing it) becomes the estimate; pacing runs a quarter below it
+// until the queue is gone, then at it, and probes up by 5 % every three
+// round trips after eight quiet ones, at most to the hint.
 func (t *Tunnel) rateControlLocked(now time.Time) {
 	if !t.cfg.Adapt {
 		return
@@ -825,29 +887,72 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 	if now.Sub(c.start) < max(t.srtt, 50*time.Millisecond) || c.minSample == 0 {
 		return
 	}
+	secs := now.Sub(c.start).Seconds()
+	got, sent := c.resolved/secs, c.sent/secs
 	r := t.pace.rate
 	thresh := max(5*time.Millisecond, t.minRTT/10)
 	queueing := c.minSample > t.minRTT+thresh
-	switch {
-	case queueing && c.queued:
-		// Queueing in two intervals in a row: a busy host stalls for
-		// one now and then, a slower link queues for good.
-		// Down to a little under what the bottleneck passed, so the
-		// queue drains; a fixed cut per round trip would keep cutting
-		// while the queue built meanwhile drains.
-		if got := c.resolved / now.Sub(c.start).Seconds(); got > 0 && got < r {
-			r = got * 0.9
-		} else {
-			r *= 0.9
+	got2, sent2 := (got+c.prevGot)/2, (sent+c.prevSent)/2
+	if queueing {
+		// Samples older than a few round trips describe another link.
+		keep := c.passed[:0]
+		for _, p := range c.passed {
+			if now.Sub(p.at) < 6*max(t.srtt, 50*time.Millisecond) {
+				keep = append(keep, p)
+			}
 		}
-		r = max(r, t.floorLocked())
-		c.startup = false
+		c.passed = append(keep, rateSample{now, got})
+		if len(c.passed) > 3 {
+			c.passed = c.passed[1:]
+		}
+	}
+	queue := c.minSample - t.minRTT
+	switch {
+	case queueing && (c.queued || queue > t.minRTT/2) && got2 < 0.95*sent2:
+		// The best of the recent samples: a host stall lowers one,
+		// never raises it; below the pacing rate (the link is slower,
+		// and a burst of statuses after a stall is no faster link). A
+		// deep queue is acted on after one round trip: it doubles its
+		// delay in the next when the link halved.
+		c.btl = 0
+		for _, p := range c.passed {
+			c.btl = max(c.btl, p.bps)
+		}
+		c.btl = min(c.btl, r)
+		old := r
+		// The queue, from what is in flight now rather than from round
+		// trips that left a queue ago: in flight beyond the bottleneck's
+		// rate times the path's delay. Drained in about two round trips,
+		// pacing at least a quarter and at most half below the bottleneck.
+		qbits := max(0, t.inflightBitsLocked()-c.btl*t.minRTT.Seconds())
+		r = max(c.btl*max(0.5, min(0.75, 1-qbits/c.btl/(2*t.minRTT.Seconds()))), t.floorLocked())
+		t.cfg.Log.Printf("wan rate: queueing %v above the path's %v (%.0f kB queued), the link passed %.2f Mbit/s of %.2f sent: pacing %.2f -> %.2f Mbit/s until it drains",
+			queue.Round(time.Millisecond), t.minRTT.Round(time.Millisecond), qbits/8e3, got2/1e6, sent2/1e6, old/1e6, r/1e6)
+		c.draining, c.startup = true, false
+		c.drainBy = now.Add(time.Duration(qbits/max(c.btl-r, 1)*float64(time.Second)) + 2*t.srtt)
 		t.st.RateDecreases++
-	case !queueing && c.limited && (t.cap == 0 || r < float64(t.cap)):
+	case c.draining && queueing && now.After(c.drainBy) && got2 < 1.02*sent2:
+		// The drain is over (the link passes no more than is sent) and
+		// the delay stays: a longer path, whose delay becomes the minimum.
+		t.cfg.Log.Printf("wan rate: the delay stayed %v above the path's %v: a longer path; pacing at %.2f Mbit/s",
+			queue.Round(time.Millisecond), t.minRTT.Round(time.Millisecond), c.btl/1e6)
+		t.minRTT, t.minRTTAt = c.minSample, now
+		c.draining = false
+		r = max(c.btl, t.floorLocked())
+	case c.draining && (!queueing || t.inflightBitsLocked() <= c.btl*t.minRTT.Seconds()*1.1):
+		// The queue is gone: cruise at the estimate a few round trips.
+		c.draining = false
+		r = max(c.btl, t.floorLocked())
+		c.hold = now.Add(8 * max(t.srtt, 50*time.Millisecond))
+	case !queueing && !c.draining && c.limited && now.After(c.hold) && (t.cap == 0 || r < float64(t.cap)):
 		if c.startup {
 			r *= 1.25
 		} else {
+			// One step, then a round trip and more to see it: a queue
+			// shows a round trip after it formed, and steps taken
+			// meanwhile would overshoot.
 			r *= 1.05
+			c.hold = now.Add(3 * max(t.srtt, 50*time.Millisecond))
 		}
 		if t.cap > 0 {
 			r = min(r, float64(t.cap))
@@ -855,5 +960,6 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 	}
 	t.pace.setRate(r)
 	c.queued = queueing
-	c.start, c.minSample, c.limited, c.resolved = now, 0, false, 0
+	c.prevGot, c.prevSent = got, sent
+	c.start, c.minSample, c.limited, c.resolved, c.sent = now, 0, false, 0, 0
 }

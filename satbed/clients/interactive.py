@@ -19,7 +19,6 @@ import termios
 import time
 
 from satbed.clients.base import ClientContext
-from satbed.clients.ssh import PORT as SSH_PORT
 from satbed.clients.ssh import SshServer
 from satbed.clients.transfer import Run, TransferClient, _stop, ip, percentiles
 from satbed.errors import SatbedError
@@ -74,7 +73,7 @@ class Ssh(_Keystrokes):
         sshd = SshServer(t, self.tool("ssh-keygen"), self.tool("sshd"), server, t.mkdir("ssh"))
         # -tt: a remote pty even though ours is not the controlling terminal;
         # -e none: no escape character.
-        return [self.tool("ssh"), "-tt", "-e", "none", *sshd.options(), sshd.target, "cat"], SSH_PORT
+        return [self.tool("ssh"), "-tt", "-e", "none", *sshd.options(), sshd.target, "cat"], sshd.port
 
 
 def measure(t: Run, node, args: list[str], count: int, gap_s: float, setup_s: float, echo_s: float) -> list[float]:

@@ -12,6 +12,10 @@ from satbed.clients.transfer import Run, TransferClient, ip
 from satbed.net import Host
 
 PORT = 22
+# A physical test bed's machine (--backend ansible) runs its own sshd on 22,
+# the one Ansible and the run's control connections use: the run's sshd
+# takes this port there.
+MACHINE_PORT = 2222
 PRIVSEP_DIR = "/run/sshd"   # sshd refuses to start without it; its service unit makes it
 
 CONFIG = """\
@@ -45,6 +49,7 @@ class SshServer:
 
     def __init__(self, t: Run, keygen: str, sshd: str, server: Host, ssh_dir: str):
         self.t, self.server, self.dir = t, server, ssh_dir
+        self.port = PORT if server.sandbox.local else MACHINE_PORT
         host_key = os.path.join(ssh_dir, "host_ed25519")
         self.client_key = os.path.join(ssh_dir, "id_ed25519")
         for key in (host_key, self.client_key):
@@ -57,10 +62,10 @@ class SshServer:
             dst.write(src.read())
         conf = os.path.join(ssh_dir, "sshd_config")
         with open(conf, "w", encoding="ascii") as f:
-            f.write(CONFIG.format(ip=ip(server), port=PORT, host_key=host_key, authorized=authorized))
+            f.write(CONFIG.format(ip=ip(server), port=self.port, host_key=host_key, authorized=authorized))
         os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
         # -D: stay in the foreground so we own it; -e: log to stderr (our log).
-        t.server(server, "sshd", [sshd, "-D", "-e", "-f", conf], PORT)
+        t.server(server, "sshd", [sshd, "-D", "-e", "-f", conf], self.port)
 
     def options(self) -> list[str]:
         """Client options: this run's key only, the host key accepted and
@@ -70,7 +75,7 @@ class SshServer:
                 "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
                 "-o", f"UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=/dev/null",
                 "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={int(10 + 3 * self.t.ctx.rtt_ms / 1000)}",
-                "-p", str(PORT)]
+                "-p", str(self.port)]
 
     @property
     def target(self) -> str:
@@ -86,7 +91,7 @@ class _SshTransfer(TransferClient):
     def transfer(self, ctx: ClientContext, t: Run) -> dict:
         server, client = ctx.aircraft, ctx.ground
         sshd = SshServer(t, self.tool("ssh-keygen"), self.tool("sshd"), server, t.mkdir("ssh"))
-        connect_ms = t.connect_ms(client, ip(server), PORT)
+        connect_ms = t.connect_ms(client, ip(server), sshd.port)
         if ctx.direction == "upload":
             payload = t.payload(t.path("ground", "payload.bin"))
             received = t.expect(t.path("aircraft", "payload.bin"))

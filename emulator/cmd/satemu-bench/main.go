@@ -33,12 +33,16 @@ type bench struct {
 	port  int
 
 	capRates []float64
+	genPrio  int // compare: the load generator's SCHED_FIFO priority
 }
 
 func main() {
 	bin := flag.String("satemu", "bin/satemu", "satemu binary")
 	extra := flag.String("flags", "", "extra satemu flags, e.g. \"-rt-priority 50\"")
-	only := flag.String("only", "rate,rtt,per,capacity", "comma-separated sections to run")
+	only := flag.String("only", "rate,rtt,per,capacity", "comma-separated sections to run (also: compare, satemu against the kernel's HTB)")
+	paths := flag.String("paths", "tpacket,socket", "compare: satemu packet paths (-io values) to run")
+	genPrio := flag.Int("gen-rt-priority", 1, "compare: run the load generator under SCHED_FIFO at this priority (0 = off), below satemu's threads")
+	cmpRates := flag.String("compare-rates", "1e8,1e9,2e9,5e9", "compare: comma-separated rates (bit/s)")
 	capRates := flag.String("capacity-rates", "", "comma-separated rates (bit/s) to try in the capacity section instead of the 8M/100M/1G search")
 	flag.Parse()
 	if !netns.Root() {
@@ -61,13 +65,21 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{bin: *bin, flags: strings.Fields(*extra), chain: chain, dir: dir, port: 9000}
+	b := &bench{bin: *bin, flags: strings.Fields(*extra), chain: chain, dir: dir, port: 9000, genPrio: *genPrio}
 	for _, r := range strings.Split(*capRates, ",") {
 		if v, err := strconv.ParseFloat(r, 64); err == nil && v > 0 {
 			b.capRates = append(b.capRates, v)
 		}
 	}
+	busy0, _, steal0 := machineCPU()
+	t0 := time.Now()
 	fmt.Printf("satemu-bench: %d CPUs, load average %s, satemu flags %q\n", numCPU(), loadavg(), *extra)
+	defer func() {
+		busy, _, steal := machineCPU()
+		el := time.Since(t0).Seconds()
+		fmt.Printf("\nsatemu-bench: done in %.0f s, load average %s, machine busy %.0f%% and steal %.0f%% of %d CPUs (/proc/stat)\n",
+			el, loadavg(), (busy-busy0)/el/float64(numCPU())*100, (steal-steal0)/el/float64(numCPU())*100, numCPU())
+	}()
 	for _, s := range strings.Split(*only, ",") {
 		var err error
 		switch s {
@@ -79,6 +91,17 @@ func main() {
 			err = b.per()
 		case "capacity":
 			err = b.capacity()
+		case "compare":
+			var rates []float64
+			for _, r := range strings.Split(*cmpRates, ",") {
+				v, perr := strconv.ParseFloat(r, 64)
+				if perr != nil || v <= 0 {
+					fmt.Fprintf(os.Stderr, "satemu-bench: -compare-rates: bad rate %q\n", r)
+					os.Exit(2)
+				}
+				rates = append(rates, v)
+			}
+			err = b.compare(strings.Split(*paths, ","), rates)
 		default:
 			err = fmt.Errorf("unknown section %q", s)
 		}

@@ -48,8 +48,9 @@ func main() {
 
 type options struct {
 	a, b, cfg, ctl, statsDir string
+	io                       string
 	noBypass                 bool
-	spinUs, rtPrio           int
+	spinUs, rtPrio, rxRTPrio int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -62,8 +63,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ctl, "control", "", "unix control socket path (optional)")
 	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
+	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (tpacket, else socket)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
 	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
+	fs.IntVar(&o.rxRTPrio, "rx-rt-priority", 0, "run the receive loops under SCHED_FIFO at this priority too (1-99, 0 = off): for high rates on a loaded machine")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
@@ -73,8 +76,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.a == "" || o.b == "" || o.cfg == "" {
 		return o, usageError{errors.New("-a, -b and -config are required")}
 	}
-	if o.spinUs < 0 || o.spinUs > 100000 || o.rtPrio < 0 || o.rtPrio > 99 {
-		return o, usageError{errors.New("-spin-us must be in [0,100000] and -rt-priority in [0,99]")}
+	if o.spinUs < 0 || o.spinUs > 100000 || o.rtPrio < 0 || o.rtPrio > 99 || o.rxRTPrio < 0 || o.rxRTPrio > 99 {
+		return o, usageError{errors.New("-spin-us must be in [0,100000], -rt-priority and -rx-rt-priority in [0,99]")}
+	}
+	switch o.io {
+	case "auto", ioTpacket, ioSocket:
+	default:
+		return o, usageError{fmt.Errorf("-io %q: want auto, tpacket or socket", o.io)}
 	}
 	if o.a == o.b {
 		return o, usageError{errors.New("-a and -b must differ")}
@@ -93,6 +101,7 @@ func randomSeed() uint64 {
 // finalReport is emulator.json.
 type finalReport struct {
 	Seed      uint64                      `json:"seed"`
+	IO        string                      `json:"io"`
 	StartedAt time.Time                   `json:"started_at"`
 	StoppedAt time.Time                   `json:"stopped_at"`
 	Config    map[string]bridge.DirConfig `json:"config"`
@@ -100,14 +109,53 @@ type finalReport struct {
 	Totals    bridge.Stats                `json:"totals"`
 }
 
-type handler struct{ b *bridge.Bridge }
+type handler struct {
+	b  *bridge.Bridge
+	io string
+}
 
 func (h handler) Config() any {
-	return map[string]any{"seed": h.b.Seed, "directions": h.b.Config()}
+	return map[string]any{"seed": h.b.Seed, "io": h.io, "directions": h.b.Config()}
 }
 func (h handler) Set(dir string, p json.RawMessage) error { return h.b.Set(dir, p) }
 func (h handler) Stats() any                              { return h.b.Snapshot() }
 func (h handler) StartClock() float64                     { return h.b.StartClock().Seconds() }
+
+// Packet paths (-io).
+const (
+	ioTpacket = "tpacket"
+	ioSocket  = "socket"
+)
+
+// openPorts opens both ports on the packet path o.io asks for; "auto" takes
+// the TPACKET_V3 ring and falls back to plain sockets (with a warning) where
+// the kernel refuses it. It returns the path used.
+func openPorts(o options, stderr io.Writer) (pa, pb *rawsock.Socket, path string, err error) {
+	open := func(ring bool) (*rawsock.Socket, *rawsock.Socket, error) {
+		opts := rawsock.Options{QdiscBypass: !o.noBypass, Ring: ring}
+		a, err := rawsock.Open(o.a, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := rawsock.Open(o.b, opts)
+		if err != nil {
+			a.Close()
+			return nil, nil, err
+		}
+		return a, b, nil
+	}
+	if o.io == ioSocket {
+		pa, pb, err = open(false)
+		return pa, pb, ioSocket, err
+	}
+	pa, pb, err = open(true)
+	if err == nil || o.io == ioTpacket {
+		return pa, pb, ioTpacket, err
+	}
+	fmt.Fprintf(stderr, "satemu: warning: %v; using plain sockets\n", err)
+	pa, pb, err = open(false)
+	return pa, pb, ioSocket, err
+}
 
 func run(args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
@@ -147,24 +195,19 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
-	opts := rawsock.Options{QdiscBypass: !o.noBypass}
-	pa, err := rawsock.Open(o.a, opts)
+	pa, pb, ioPath, err := openPorts(o, stderr)
 	if err != nil {
 		return err
 	}
 	defer pa.Close()
-	pb, err := rawsock.Open(o.b, opts)
-	if err != nil {
-		return err
-	}
 	defer pb.Close()
 
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
-		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio,
+		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio, RxRTPriority: o.rxRTPrio,
 		// Ethernet header plus one VLAN tag above the larger MTU.
-		FrameSize: max(pa.MTU, pb.MTU) + 18,
+		FrameSize: max(pa.MTU, pb.MTU) + 18, IO: ioPath,
 		Warn: func(format string, args ...any) {
 			fmt.Fprintf(stderr, "satemu: warning: "+format+"\n", args...)
 		}})
@@ -177,7 +220,7 @@ func run(args []string, stderr io.Writer) error {
 
 	var wg sync.WaitGroup
 	if o.ctl != "" {
-		srv, err := control.Listen(o.ctl, handler{br})
+		srv, err := control.Listen(o.ctl, handler{br, ioPath})
 		if err != nil {
 			return err
 		}
@@ -212,7 +255,7 @@ func run(args []string, stderr io.Writer) error {
 		_ = ts.Write(final)
 	}
 	if o.statsDir != "" {
-		rep := finalReport{Seed: seed, StartedAt: started.UTC(), StoppedAt: time.Now().UTC(),
+		rep := finalReport{Seed: seed, IO: ioPath, StartedAt: started.UTC(), StoppedAt: time.Now().UTC(),
 			Config: br.Config(), SampleMs: cfg.Sample().Milliseconds(), Totals: final}
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
