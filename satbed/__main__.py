@@ -1,3 +1,4 @@
+import os
 import sys
 
 try:
@@ -6,4 +7,13 @@ except KeyboardInterrupt:   # Ctrl-C while Python loads: nothing was started yet
     print("satbed: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
 
-raise SystemExit(main())
+status = main()
+if status == 130:
+    # Interrupted, and everything is torn down by now. CPython 3.11 marks a
+    # Ctrl-C that lands inside eval() of a string (namedtuple and dataclasses
+    # build classes so, during an import) as unhandled even once caught, and
+    # would end the process by SIGINT instead of this status.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+raise SystemExit(status)

@@ -100,15 +100,7 @@ func TestEtherLink(t *testing.T) {
 func TestEtherTunnel(t *testing.T) {
 	a, b, _, _, _ := etherPair(t)
 	lg := log.New(io.Discard, "", 0)
-	accept := func(s *Stream) {
-		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
-		if err != nil {
-			s.Refuse()
-			return
-		}
-		s.Relay(c)
-	}
-	cfg := Config{RateBPS: 50_000_000, RTT: time.Millisecond, Accept: accept, Log: lg}
+	cfg := Config{RateBPS: 50_000_000, RTT: time.Millisecond, Accept: dialAccept, Log: lg}
 	pr := &pair{a: New(a, cfg), b: New(b, cfg)}
 	defer pr.a.Close()
 	defer pr.b.Close()

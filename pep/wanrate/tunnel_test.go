@@ -95,6 +95,17 @@ func (l *memLink) Overhead() int { return 14 }
 func (l *memLink) MTU() int      { return 1500 }
 func (l *memLink) Close() error  { l.once.Do(func() { close(l.done) }); return nil }
 
+// dialAccept is the far end's Accept in tests: dial the stream's
+// destination, or refuse it as pepd does when the server is not there.
+func dialAccept(s *Stream) {
+	c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
+	if err != nil {
+		s.Refuse()
+		return
+	}
+	s.Relay(c)
+}
+
 // pair is two tunnels joined by a memLink; B's streams dial the address
 // the test's server listens on.
 type pair struct {
@@ -113,15 +124,7 @@ func newPairFrame(t *testing.T, loss, corrupt float64, delay time.Duration, rate
 	if testing.Verbose() {
 		lg = log.New(log.Writer(), "wanrate: ", log.Lmicroseconds)
 	}
-	accept := func(s *Stream) {
-		c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
-		if err != nil {
-			s.Refuse()
-			return
-		}
-		s.Relay(c)
-	}
-	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: accept, Log: lg, FrameBytes: frame}
+	cfg := Config{RateBPS: rate, RTT: 2 * delay, Window: window, Adapt: adapt, Accept: dialAccept, Log: lg, FrameBytes: frame}
 	pr := &pair{a: New(la, cfg), b: New(lb, cfg), params: p}
 	t.Cleanup(func() { pr.a.Close(); pr.b.Close() })
 	if !pr.a.WaitPeer(5*time.Second) || !pr.b.WaitPeer(5*time.Second) {
@@ -502,15 +505,7 @@ func TestAdapt(t *testing.T) {
 			la, lb := memPair(p)
 			sa := &shapedLink{memLink: la, rate: tc.linkBP}
 			lg := log.New(io.Discard, "", 0)
-			accept := func(s *Stream) {
-				c, err := net.DialTCP("tcp", nil, net.TCPAddrFromAddrPort(s.Dst))
-				if err != nil {
-					s.Refuse()
-					return
-				}
-				s.Relay(c)
-			}
-			cfg := Config{RateBPS: int64(tc.hint), RTT: 40 * time.Millisecond, Adapt: true, Accept: accept, Log: lg}
+			cfg := Config{RateBPS: int64(tc.hint), RTT: 40 * time.Millisecond, Adapt: true, Accept: dialAccept, Log: lg}
 			a, b := New(sa, cfg), New(lb, cfg)
 			defer a.Close()
 			defer b.Close()
