@@ -545,6 +545,53 @@ func TestAdapt(t *testing.T) {
 	}
 }
 
+// TestAdaptBursty: an application that sends in bursts with pauses (SSH
+// waiting on its channel window) over a link exactly as fast as the hint
+// must not talk the rate down. Before, the pacer's credit earned while idle
+// left as a 100 ms burst that stood in the link's queue, and the idle-time
+// spare copies counted as sent but never as delivered, so the delivery
+// check saw a slower link: the diagnostic scp (5 MB, 600 ms) cut the rate
+// 8.00 -> 5.53 Mbit/s, which takes tens of seconds to win back.
+func TestAdaptBursty(t *testing.T) {
+	const rate = 8_000_000
+	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), delay: 50 * time.Millisecond}
+	la, lb := memPair(p)
+	sa := &shapedLink{memLink: la, rate: rate}
+	lg := log.New(io.Discard, "", 0)
+	if testing.Verbose() {
+		lg = log.New(log.Writer(), "wanrate: ", log.Lmicroseconds)
+	}
+	cfg := Config{RateBPS: rate, RTT: 100 * time.Millisecond, Adapt: true, Accept: dialAccept, Log: lg}
+	a, b := New(sa, cfg), New(lb, cfg)
+	defer a.Close()
+	defer b.Close()
+	pr := &pair{a: a, b: b, params: p}
+	if !a.WaitPeer(5 * time.Second) {
+		t.Fatal("no peer")
+	}
+	dst := server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c); c.Close() })
+	client, result := pr.split(t, dst)
+	// 24 bursts of 256 kB (0.26 s at the rate), one written every 0.4 s:
+	// the link idles about 0.15 s after each.
+	data := randBytes(256<<10, 7)
+	go func() {
+		for range 24 {
+			client.Write(data)
+			time.Sleep(400 * time.Millisecond)
+		}
+		client.CloseWrite()
+	}()
+	io.Copy(io.Discard, client)
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q", r)
+	}
+	st := a.Snapshot()
+	t.Logf("pacing at %d bit/s at the end, %d decreases, %d bytes of spare copies", st.RateBPS, st.RateDecreases, st.DataSpare)
+	if st.RateDecreases != 0 {
+		t.Errorf("%d rate decreases on a link exactly as fast as the hint", st.RateDecreases)
+	}
+}
+
 // shapedLink delays frames as a FIFO drained at rate would.
 type shapedLink struct {
 	*memLink
