@@ -35,6 +35,19 @@ def test_smoke_file_expands_to_distinct_stable_cells():
     assert reps == {0: 1, 1: 2}
 
 
+def test_a_cell_keeps_its_identity_in_another_checkout(monkeypatch):
+    # Scenario, topology and link-profile paths are absolute in a cell's
+    # configuration; a resume from another clone must find the same cells.
+    from satbed import matrix
+    for name in ("scenarios/outage.yaml", "experiments/wanrate-adapt.yaml"):
+        cells = matrix.load(os.path.join(REPO, name)).cells
+        assert any(REPO in json.dumps(c.config) for c in cells), name
+        moved = [json.loads(json.dumps(c.config).replace(REPO, "/srv/another-clone")) for c in cells]
+        monkeypatch.setattr(matrix, "REPO_ROOT", "/srv/another-clone")
+        assert [matrix.cell_digest(m) for m in moved] == [c.hash for c in cells], name
+        monkeypatch.undo()
+
+
 def test_changing_any_parameter_changes_the_hash(tmp_path):
     from satbed import matrix
     base = "fixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit}\n"
