@@ -408,6 +408,23 @@ def config_from_dict(doc: dict):
     return RunConfig.from_dict(doc)
 
 
+def _portable(v):
+    """Paths inside the repository made relative to it."""
+    if isinstance(v, dict):
+        return {k: _portable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_portable(x) for x in v]
+    if isinstance(v, str) and v.startswith(REPO_ROOT + os.sep):
+        return os.path.relpath(v, REPO_ROOT)
+    return v
+
+
+def cell_digest(config: dict) -> str:
+    """A cell's identity: its configuration, with the repository's paths
+    relative, so a matrix resumes from another checkout of it."""
+    return hashlib.sha256(json.dumps(_portable(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: float | None = None) -> Cell:
     try:
         cfg = run_config(params, repetition)
@@ -415,7 +432,7 @@ def make_cell(params: dict, repetition: int, backend: str = "mininet", timeout: 
         raise SatbedError(f"cell {params['client']}/{params['pep']} rtt={params['rtt']:g} "
                           f"ber={params['ber']:g}: {e}") from None
     config = {**cfg.to_dict(), "testbed_backend": backend}
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    digest = cell_digest(config)
     est = estimate_seconds(cfg)
     return Cell(dict(params), repetition, config, digest, est, float(timeout) if timeout else default_timeout(cfg),
                 cell_cost(cfg))

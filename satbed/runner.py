@@ -624,7 +624,8 @@ def _batch_slices(session: Session, run_dir: str, before: dict, t0: float, t1: f
         if isinstance(emu, emulation.Satemu):
             was = (before.get("emulator") or {}).get(name) or {}
             now = emu.request({"op": "stats"}).get("stats") or {}
-            entry["stats"] = {"totals": satemu_share(now, was)}
+            io = (emu.request({"op": "get"}).get("config") or {}).get("io")
+            entry["stats"] = {"totals": satemu_share(now, was), "io": io}     # as in emulator.json
             rel = os.path.relpath(emu.stats_dir, session.dir)
             dst = os.path.join(run_dir, rel, "emulator_timeseries.csv")
             _slice_timeseries(os.path.join(emu.stats_dir, "emulator_timeseries.csv"), dst,

@@ -512,6 +512,10 @@ type DirStats struct {
 	DelayMs        float64           `json:"delay_ms"`
 	BER            float64           `json:"ber"`
 	Up             bool              `json:"up"`
+	// The lateness histogram so far and its maximum, for the time series'
+	// per-interval lateness (not in the JSON: 2,990 buckets).
+	late    *lateCounts
+	lateMax time.Duration
 }
 
 // Stats is a snapshot of both directions.
@@ -549,7 +553,8 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 		RateBps:  rate, CeilBps: max(p.CeilBps, rate), BurstBytes: p.Burst, CBurstBytes: p.CBurst,
 		DelayMs: float64(delay) / 1e6, BER: ber, Up: up,
 	}
-	q, mx := d.late.quantiles(0.5, 0.99, 0.999)
+	s.late, s.lateMax = d.late.counts(), time.Duration(d.late.max.Load())
+	q, mx := s.late.quantiles(s.lateMax, 0.5, 0.99, 0.999), s.lateMax
 	s.LateP50Us, s.LateP99Us = float64(q[0].Microseconds()), float64(q[1].Microseconds())
 	s.LateP999Us = float64(q[2].Microseconds())
 	s.LateMaxUs = float64(mx.Microseconds())

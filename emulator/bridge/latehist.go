@@ -51,27 +51,49 @@ func (h *lateHist) add(late time.Duration) {
 	}
 }
 
+// lateCounts is a copy of a histogram's buckets: cumulative as taken, or
+// the difference of two copies for the frames sent between them.
+type lateCounts [lateBuckets]uint64
+
+// counts copies the buckets (each read atomically, the whole not: a frame
+// added meanwhile is in this copy or the next).
+func (h *lateHist) counts() *lateCounts {
+	var c lateCounts
+	for i := range c {
+		c[i] = h.b[i].Load()
+	}
+	return &c
+}
+
+// since returns c - prev (prev nil: c itself).
+func (c *lateCounts) since(prev *lateCounts) *lateCounts {
+	d := *c
+	if prev != nil {
+		for i := range d {
+			d[i] -= prev[i]
+		}
+	}
+	return &d
+}
+
 // quantiles returns the upper edges of the buckets holding the given
-// quantiles, never above the maximum (0 when empty), and the maximum.
-func (h *lateHist) quantiles(qs ...float64) ([]time.Duration, time.Duration) {
-	var counts [lateBuckets]uint64
+// quantiles (0 when empty), none above mx, which also stands for the
+// overflow bucket's edge.
+func (c *lateCounts) quantiles(mx time.Duration, qs ...float64) []time.Duration {
 	var total uint64
-	for i := range counts {
-		counts[i] = h.b[i].Load()
-		total += counts[i]
+	for _, n := range c {
+		total += n
 	}
 	out := make([]time.Duration, len(qs))
 	if total == 0 {
-		return out, 0
+		return out
 	}
-	mx := time.Duration(h.max.Load())
 	for j, q := range qs {
 		target := uint64(q*float64(total-1)) + 1
 		var cum uint64
-		for i, c := range counts {
-			cum += c
+		for i, n := range c {
+			cum += n
 			if cum >= target {
-				// The overflow bucket has no upper edge but the maximum.
 				out[j] = mx
 				if i < lateBuckets-1 {
 					out[j] = min(upperEdge(i), mx)
@@ -80,5 +102,11 @@ func (h *lateHist) quantiles(qs ...float64) ([]time.Duration, time.Duration) {
 			}
 		}
 	}
-	return out, mx
+	return out
+}
+
+// quantiles returns the quantiles of all frames so far and the maximum.
+func (h *lateHist) quantiles(qs ...float64) ([]time.Duration, time.Duration) {
+	mx := time.Duration(h.max.Load())
+	return h.counts().quantiles(mx, qs...), mx
 }

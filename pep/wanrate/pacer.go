@@ -41,5 +41,19 @@ func (p *pacer) wait(bits float64, now time.Time) time.Duration {
 	return time.Duration((bits - p.tokens) / p.rate * float64(time.Second))
 }
 
+// resume ends a time in which the sender had nothing to send: idle time
+// earns no credit beyond idleBurst frames. Credit is for a host that kept
+// a backlogged sender waiting; after an application's pause (SSH waiting
+// on its channel window) a full bucket would leave as a 100 ms burst
+// that stands in the link's queue, and self-tuning reads that queue as
+// a slower link.
+func (p *pacer) resume(now time.Time) {
+	p.wait(0, now)
+	p.tokens = min(p.tokens, idleBurst*p.frame)
+}
+
+// idleBurst is the credit, in full frames, kept over an idle time.
+const idleBurst = 4
+
 // consume charges a sent frame.
 func (p *pacer) consume(bits float64) { p.tokens -= bits }

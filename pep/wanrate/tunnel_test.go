@@ -535,13 +535,69 @@ func TestAdapt(t *testing.T) {
 			st := a.Snapshot()
 			t.Logf("link %.0f bit/s at the end, hint %.0f: pacing settled at %d bit/s, goodput %.2f Mbit/s, %d decreases, %d RTO marks, %d bytes resent",
 				linkBP, tc.hint, st.RateBPS, got/1e6, st.RateDecreases, st.RTOMarks, st.DataRetransmit)
-			if r := float64(st.RateBPS); r > linkBP*1.3 || r < linkBP*0.6 {
+			// Bounds a stalled host cannot break: at this 40 ms round trip a
+			// VM's stolen CPU reads as queueing, and a cut can end at the
+			// floor (half the link here: 2 of 10 runs). How close self-tuning
+			// comes to the right pinned rate is measured by the benchmark
+			// (experiments/wanrate-adapt.yaml), not here.
+			if r := float64(st.RateBPS); r > linkBP*1.3 || r < linkBP*0.5 {
 				t.Errorf("pacing rate %.0f bit/s on a %.0f bit/s link", r, linkBP)
 			}
-			if got < linkBP*0.7 {
+			if got < linkBP*0.55 {
 				t.Errorf("goodput %.2f Mbit/s on a link of at least %.0f Mbit/s", got/1e6, linkBP/1e6)
 			}
 		})
+	}
+}
+
+// TestAdaptBursty: an application that sends in bursts with pauses (SSH
+// waiting on its channel window) over a link exactly as fast as the hint
+// must not talk the rate down. Before, the pacer's credit earned while idle
+// left as a 100 ms burst that stood in the link's queue, and the idle-time
+// spare copies counted as sent but never as delivered, so the delivery
+// check saw a slower link: the diagnostic scp (5 MB, 600 ms) cut the rate
+// 8.00 -> 5.53 Mbit/s, which takes tens of seconds to win back.
+func TestAdaptBursty(t *testing.T) {
+	const rate = 8_000_000
+	// A 100 ms round trip: queueing is 10 ms or more above it, which a
+	// VM's stolen CPU adds less often than at TestAdapt's 40 ms.
+	p := &linkParams{rng: rand.New(rand.NewPCG(1, 2)), delay: 50 * time.Millisecond}
+	la, lb := memPair(p)
+	sa := &shapedLink{memLink: la, rate: rate}
+	lg := log.New(io.Discard, "", 0)
+	if testing.Verbose() {
+		lg = log.New(log.Writer(), "wanrate: ", log.Lmicroseconds)
+	}
+	cfg := Config{RateBPS: rate, RTT: 100 * time.Millisecond, Adapt: true, Accept: dialAccept, Log: lg}
+	a, b := New(sa, cfg), New(lb, cfg)
+	defer a.Close()
+	defer b.Close()
+	pr := &pair{a: a, b: b, params: p}
+	if !a.WaitPeer(5 * time.Second) {
+		t.Fatal("no peer")
+	}
+	dst := server(t, func(c *net.TCPConn) { io.Copy(io.Discard, c); c.Close() })
+	client, result := pr.split(t, dst)
+	// 24 bursts of 256 kB (0.26 s at the rate), one written every 0.4 s:
+	// the link idles about 0.15 s after each.
+	data := randBytes(256<<10, 7)
+	go func() {
+		for range 24 {
+			client.Write(data)
+			time.Sleep(400 * time.Millisecond)
+		}
+		client.CloseWrite()
+	}()
+	io.Copy(io.Discard, client)
+	if r := <-result; r != "closed" {
+		t.Fatalf("relay ended %q", r)
+	}
+	st := a.Snapshot()
+	t.Logf("pacing at %d bit/s at the end, %d decreases, %d bytes of spare copies", st.RateBPS, st.RateDecreases, st.DataSpare)
+	// Without the two fixes 8 decreases (2 runs), with one of them 1-7
+	// (5 runs), with both 0 (5 runs); a stalled host may still cause one.
+	if st.RateDecreases > 2 {
+		t.Errorf("%d rate decreases on a link exactly as fast as the hint", st.RateDecreases)
 	}
 }
 
@@ -647,5 +703,40 @@ func TestFrameForBER(t *testing.T) {
 		if got := FrameForBER(tc.ber, 1500, 14); got < tc.lo || got > tc.hi {
 			t.Errorf("BER %g: frame %d bytes, want %d..%d", tc.ber, got, tc.lo, tc.hi)
 		}
+	}
+}
+
+// TestLinkBackForgetsTheSilence: self-tuning's interval that began before
+// an outage averages seconds in which nothing crossed; the link's return
+// starts a new one, so the resent burst's first round trip, queued a
+// little and passed in full, does not cut the pacing rate (it did: 2.18
+// -> 0.75 Mbit/s on a 3 Mbit/s link in scenarios/outage.yaml).
+func TestLinkBackForgetsTheSilence(t *testing.T) {
+	pr := newPair(t, 0, 0, 10*time.Millisecond, 8_000_000, 0, true)
+	tn := pr.a
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	now := time.Now()
+	rate := tn.pace.rate
+	// Before the silence: a second at 8 Mbit/s sent, half of it seen
+	// through (the rest was lost when the link went down), the previous
+	// interval queued.
+	tn.minRTT, tn.minRTTAt, tn.srtt = 20*time.Millisecond, now, 20*time.Millisecond
+	c := &tn.ctl
+	c.start, c.minSample, c.draining, c.hold = now.Add(-10*time.Second), 0, false, now.Add(time.Minute)
+	c.sent, c.resolved, c.queued, c.prevGot, c.prevSent = 8e6, 4e6, true, 4e6, 8e6
+	tn.stall.on, tn.stall.at, tn.peer.heard = true, now.Add(-9*time.Second), now.Add(-10*time.Second)
+	tn.heardLocked(now, false)
+	// The first round trip after it: the resent burst, passed in full,
+	// with 15 ms of queue in front of it.
+	c.sent += 480e3
+	c.resolved += 480e3
+	tn.rttSampleLocked(35*time.Millisecond, now.Add(50*time.Millisecond))
+	tn.rateControlLocked(now.Add(60 * time.Millisecond))
+	if tn.pace.rate < rate {
+		t.Errorf("pacing %.2f -> %.2f Mbit/s at link-back on a link that passed all it was sent", rate/1e6, tn.pace.rate/1e6)
+	}
+	if tn.st.RateDecreases != 0 {
+		t.Errorf("%d rate decreases", tn.st.RateDecreases)
 	}
 }

@@ -36,6 +36,8 @@ const (
 	frameLen    = 1514
 	compareDur  = 5 * time.Second
 	compareSkip = 1500 * time.Millisecond
+	// /proc/stat sampling period: the kernel counts in 10 ms units.
+	samplePeriod = 20 * time.Millisecond
 	// Done-when tolerances for a rate that holds.
 	holdRateErr = 0.005
 	holdLateUs  = 500
@@ -51,6 +53,10 @@ type sample struct {
 	// copy into the ring), and all busy CPU (generator and other work included).
 	procCPU, softirq, machCPU float64
 	steal                     float64 // stolen CPU-seconds in the window
+	stealShare                float64 // of all CPU time in the window
+	from, to                  time.Time
+	cpu                       []cpuSample // /proc/stat every samplePeriod over the run
+	slices                    *sliceSummary
 	outBytes                  float64
 	softnet                   float64 // backlog drops on any interface of the machine
 	load                      string
@@ -70,6 +76,8 @@ func (b *bench) compare(paths []string, rates []float64) error {
 	fmt.Println("   holds = output within 0.5% of min(rate, input), no drops anywhere, and for satemu departure lateness p99 <= 500 us")
 	fmt.Println("   CPU per GB out: emulator = satemu process + machine softirq (kernel HTB: softirq alone, where bridge and HTB run);")
 	fmt.Println("   machine = all busy CPU, generator and other work on the machine included; steal = CPU-seconds the hypervisor took")
+	fmt.Println("   (share of all CPU time). satemu's lateness per 100 ms slice of its time series: a slice is clean when /proc/stat")
+	fmt.Println("   counted no steal (it counts in 10 ms units) from the previous slice's start to this one's end")
 	best := map[string]float64{}
 	for _, r := range rates {
 		s, err := b.kernelHTB(r)
@@ -125,9 +133,19 @@ func (b *bench) report(name string, r float64, delayMs int, s sample) bool {
 	if s.emuErrors != "" {
 		extra = " [" + s.emuErrors + "]"
 	}
-	fmt.Printf("%-15s %5.0f Mbit/s delay %3d ms: in %8.2f out %8.2f Mbit/s (%+.3f%% of min(rate,in)), %s, drops %.0f (backlog, machine-wide: %.0f), CPU/GB emulator %5.2f s (process %5.2f) machine %5.2f s, steal %.2f s, load %s -> %s%s\n",
+	fmt.Printf("%-15s %5.0f Mbit/s delay %3d ms: in %8.2f out %8.2f Mbit/s (%+.3f%% of min(rate,in)), %s, drops %.0f (backlog, machine-wide: %.0f), CPU/GB emulator %5.2f s (process %5.2f) machine %5.2f s, steal %.2f s (%.1f%%), load %s -> %s%s\n",
 		name, r/1e6, delayMs, s.inBps/1e6, s.outBps/1e6, errPct, late, s.drops, s.softnet,
-		s.perGB(s.procCPU+s.softirq), s.perGB(s.procCPU), s.perGB(s.machCPU), s.steal, s.load, verdict, extra)
+		s.perGB(s.procCPU+s.softirq), s.perGB(s.procCPU), s.perGB(s.machCPU), s.steal, s.stealShare*100, s.load, verdict, extra)
+	if s.slices != nil {
+		clean := "no clean slice"
+		if len(s.slices.clean) > 0 {
+			clean = "a clean slice exceeded it"
+			if s.slices.cleanHolds() {
+				clean = "held in every clean slice"
+			}
+		}
+		fmt.Printf("%15s per 100 ms: %s -> lateness p99 <= %d us %s\n", "", s.slices, holdLateUs, clean)
+	}
 	return ok
 }
 
@@ -135,8 +153,7 @@ func (b *bench) report(name string, r float64, delayMs int, s sample) bool {
 type window struct {
 	t             time.Time
 	inB, outB     float64
-	busy, steal   float64
-	softirq       float64
+	cpu           cpuTimes
 	proc          float64
 	emuDrops      float64
 	softnetDrops  float64
@@ -150,7 +167,9 @@ func (b *bench) read(procPid int, emu *netns.Satemu, tcDev string) (window, erro
 	if w.inB, w.outB, err = b.portBytes(); err != nil {
 		return w, err
 	}
-	w.busy, w.softirq, w.steal = machineCPU()
+	if w.cpu, err = readCPU(); err != nil {
+		return w, err
+	}
 	w.softnetDrops = softnetDrops()
 	if procPid > 0 {
 		w.proc = procCPU(procPid)
@@ -191,8 +210,9 @@ func diff(a, z window) sample {
 		outBytes: z.outB - a.outB,
 		drops:    (z.emuDrops - a.emuDrops) + (z.kernelDrops - a.kernelDrops),
 		softnet:  z.softnetDrops - a.softnetDrops,
-		procCPU:  z.proc - a.proc, machCPU: z.busy - a.busy, steal: z.steal - a.steal, softirq: z.softirq - a.softirq,
-		lateP50: math.NaN(), lateP99: math.NaN(),
+		procCPU:  z.proc - a.proc, machCPU: z.cpu.busy - a.cpu.busy, softirq: z.cpu.softirq - a.cpu.softirq,
+		steal: z.cpu.steal - a.cpu.steal, stealShare: stealShare(a.cpu, z.cpu),
+		lateP50: math.NaN(), lateP99: math.NaN(), from: a.t, to: z.t,
 	}
 }
 
@@ -204,6 +224,8 @@ func (b *bench) measure(r float64, pid int, emu *netns.Satemu, tcDev string) (sa
 		return sample{}, err
 	}
 	defer gen.Close()
+	sampler := startCPUSampler(samplePeriod)
+	defer sampler.finish()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -224,6 +246,9 @@ func (b *bench) measure(r float64, pid int, emu *netns.Satemu, tcDev string) (sa
 	}
 	s := diff(w0, w1)
 	s.load = loadavg()
+	// One more period, so the last slice's steal is booked.
+	time.Sleep(samplePeriod)
+	s.cpu = sampler.finish()
 	return s, nil
 }
 
@@ -284,6 +309,20 @@ func (b *bench) satemuRate(path string, r float64, delayMs int) (sample, error) 
 	}
 	if err := emu.Stop(); err != nil && merr == nil {
 		merr = err
+	}
+	if merr == nil {
+		// The time series is complete once satemu has stopped.
+		sl, err := readSlices(emu.StatsDir)
+		if err != nil {
+			return s, fmt.Errorf("slices: %w", err)
+		}
+		sum := summarise(sl, s.cpu, s.from, s.to, samplePeriod)
+		s.slices = &sum
+		if b.keep != "" {
+			if err := keepRun(b.keep, fmt.Sprintf("satemu-%s-%.0fM-%dms", path, r/1e6, delayMs), emu.StatsDir, s); err != nil {
+				return s, fmt.Errorf("keep: %w", err)
+			}
+		}
 	}
 	return s, merr
 }
@@ -399,22 +438,6 @@ func (b *bench) portBytes() (in, out float64, err error) {
 		return 0, 0, fmt.Errorf("emulator ports not in /proc/net/dev")
 	}
 	return in, out, nil
-}
-
-// machineCPU returns busy (user, nice, system, irq, softirq), softirq and
-// stolen CPU-seconds since boot, over all CPUs.
-func machineCPU() (busy, softirq, steal float64) {
-	data, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(data), "\n")
-	f := strings.Fields(line)
-	v := func(i int) float64 {
-		if i >= len(f) {
-			return 0
-		}
-		x, _ := strconv.ParseFloat(f[i], 64)
-		return x / 100 // USER_HZ
-	}
-	return v(1) + v(2) + v(3) + v(6) + v(7), v(7), v(8)
 }
 
 // procCPU returns a process's user+system CPU-seconds.

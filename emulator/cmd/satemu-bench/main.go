@@ -33,7 +33,8 @@ type bench struct {
 	port  int
 
 	capRates []float64
-	genPrio  int // compare: the load generator's SCHED_FIFO priority
+	genPrio  int    // compare: the load generator's SCHED_FIFO priority
+	keep     string // compare: directory for each satemu run's time series and CPU samples
 }
 
 func main() {
@@ -43,6 +44,7 @@ func main() {
 	paths := flag.String("paths", "tpacket,socket", "compare: satemu packet paths (-io values) to run")
 	genPrio := flag.Int("gen-rt-priority", 1, "compare: run the load generator under SCHED_FIFO at this priority (0 = off), below satemu's threads")
 	cmpRates := flag.String("compare-rates", "1e8,1e9,2e9,5e9", "compare: comma-separated rates (bit/s)")
+	keep := flag.String("keep", "", "compare: copy each satemu run's emulator_timeseries.csv and the /proc/stat samples (cpu.csv) into this directory")
 	capRates := flag.String("capacity-rates", "", "comma-separated rates (bit/s) to try in the capacity section instead of the 8M/100M/1G search")
 	flag.Parse()
 	if !netns.Root() {
@@ -65,20 +67,24 @@ func main() {
 		os.Exit(1)
 	}
 	defer os.RemoveAll(dir)
-	b := &bench{bin: *bin, flags: strings.Fields(*extra), chain: chain, dir: dir, port: 9000, genPrio: *genPrio}
+	b := &bench{bin: *bin, flags: strings.Fields(*extra), chain: chain, dir: dir, port: 9000, genPrio: *genPrio, keep: *keep}
 	for _, r := range strings.Split(*capRates, ",") {
 		if v, err := strconv.ParseFloat(r, 64); err == nil && v > 0 {
 			b.capRates = append(b.capRates, v)
 		}
 	}
-	busy0, _, steal0 := machineCPU()
+	c0, err := readCPU()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "satemu-bench:", err)
+		os.Exit(1)
+	}
 	t0 := time.Now()
 	fmt.Printf("satemu-bench: %d CPUs, load average %s, satemu flags %q\n", numCPU(), loadavg(), *extra)
 	defer func() {
-		busy, _, steal := machineCPU()
+		c, _ := readCPU()
 		el := time.Since(t0).Seconds()
-		fmt.Printf("\nsatemu-bench: done in %.0f s, load average %s, machine busy %.0f%% and steal %.0f%% of %d CPUs (/proc/stat)\n",
-			el, loadavg(), (busy-busy0)/el/float64(numCPU())*100, (steal-steal0)/el/float64(numCPU())*100, numCPU())
+		fmt.Printf("\nsatemu-bench: done in %.0f s, load average %s, machine busy %.0f%% and steal %.1f%% of %d CPUs (/proc/stat)\n",
+			el, loadavg(), (c.busy-c0.busy)/(c.total-c0.total)*100, stealShare(c0, c)*100, numCPU())
 	}()
 	for _, s := range strings.Split(*only, ",") {
 		var err error

@@ -1,0 +1,61 @@
+package bridge
+
+import (
+	"bytes"
+	"encoding/csv"
+	"testing"
+	"time"
+)
+
+// Each row's late_* columns cover only the frames sent since the previous
+// row: a 30 ms stall shows in its own row and not in the rows around it.
+func TestTimeseriesLatenessPerInterval(t *testing.T) {
+	var h lateHist
+	row := func() Stats {
+		d := DirStats{late: h.counts(), lateMax: time.Duration(h.max.Load())}
+		return Stats{Dirs: map[string]DirStats{AToB: d, BToA: {}}}
+	}
+	var buf bytes.Buffer
+	tw, err := NewTimeseriesWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		h.add(20 * time.Microsecond)
+	}
+	steps := []func(){
+		func() {},
+		func() { h.add(30 * time.Millisecond) },
+		func() {},
+		func() { h.add(40 * time.Microsecond); h.add(0) },
+	}
+	for _, step := range steps {
+		step()
+		if err := tw.Write(row()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range recs[0] {
+		col[name] = i
+	}
+	want := [][3]string{{"20", "20", "20"}, {"30000", "30000", "30000"}, {"0", "0", "0"}, {"5", "5", "45"}}
+	var got [][3]string
+	for _, r := range recs[1:] {
+		if r[col["direction"]] == AToB {
+			got = append(got, [3]string{r[col["late_p50_us"]], r[col["late_p99_us"]], r[col["late_max_us"]]})
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d a_to_b rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d: late p50/p99/max %v, want %v", i, got[i], want[i])
+		}
+	}
+}
