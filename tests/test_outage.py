@@ -69,6 +69,18 @@ def test_recovery_time(pattern, want):
     assert got == (pytest.approx(want) if want is not None else None)
 
 
+def test_recovery_time_over_the_longer_window():
+    """A source that sends 0.6 s at the link rate, pauses 0.4 s, then keeps
+    up: recovered at once over 0.5 s; over 1 s only once the window holds
+    at most 0.1 s of the pause (90 %)."""
+    rate, full = 1000.0, 1000.0 * outage.BIN_S
+    bins = [0.0] * 200
+    for i in list(range(100, 106)) + list(range(110, 200)):
+        bins[i] = full
+    assert outage.recovery_time(bins, 0.0, 10.0, 20.0, rate) == pytest.approx(0.0)
+    assert outage.recovery_time(bins, 0.0, 10.0, 20.0, rate, outage.WINDOW_LONG_S) == pytest.approx(0.9)
+
+
 def test_outage_scenario_expands_and_checks_its_keys(tmp_path):
     exp = matrix.load(scenario.find("outage"))
     assert len(exp.cells) == 26

@@ -690,6 +690,14 @@ func (t *Tunnel) heardLocked(now time.Time, data bool) {
 	t.st.StallSeconds += now.Sub(t.stall.at).Seconds()
 	t.st.LastStallS = gap.Seconds()
 	t.cfg.Log.Printf("WAN link back after %.1f s of silence: resuming at %d bit/s", gap.Seconds(), int64(t.pace.rate))
+	// Self-tuning's interval began before the silence: its rates average
+	// seconds in which nothing was sent or delivered, and the first round
+	// trip after it decided on them (scenarios/outage.yaml: "the link
+	// passed 1.15 Mbit/s of 1.58 sent" at link-back, pacing 2.18 -> 0.75
+	// Mbit/s on a 3 Mbit/s link for the next 40 s). Judge the link afresh.
+	c := &t.ctl
+	c.start, c.minSample, c.limited, c.resolved, c.sent = now, 0, false, 0, 0
+	c.queued, c.prevGot, c.prevSent, c.passed = false, 0, 0, c.passed[:0]
 	for _, s := range t.streams {
 		s.lastProgress = now
 	}
