@@ -432,8 +432,11 @@ def _wait_for_ok(out: str, cells: int, poll: float, limit_s: float = 180) -> Non
     """Until at least `cells` cells are ok (at most limit_s)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if os.path.exists(os.path.join(out, "results.sqlite")) and _statuses(out).get("ok", 0) >= cells:
-            return
+        try:
+            if os.path.exists(os.path.join(out, "results.sqlite")) and _statuses(out).get("ok", 0) >= cells:
+                return
+        except sqlite3.OperationalError:    # the file exists a moment before its tables
+            pass
         time.sleep(poll)
 
 
