@@ -890,7 +890,9 @@ type rateSample struct {
 // path's minimum in two intervals in a row, and the bottleneck passed
 // clearly less than was sent meanwhile (a busy host that reads statuses
 // late delays them, but does not make the link deliver less than it was
-// given), the link is slower than the pacer. The rate the bottleneck
+// given), the link is slower than the pacer. Intervals that sent under a
+// quarter of the pacing rate (a login's few frames, a closed LAN window)
+// say nothing of that: their delay is not a queue of ours. The rate the bottleneck
 // passed (data frames resolved per second: delivered, or lost after
 // crossing it) becomes the estimate; pacing runs a quarter below it
 // until the queue is gone, then at it, and probes up by 5 % every three
@@ -928,7 +930,7 @@ func (t *Tunnel) rateControlLocked(now time.Time) {
 	}
 	queue := c.minSample - t.minRTT
 	switch {
-	case queueing && (c.queued || queue > t.minRTT/2) && got2 < 0.95*sent2:
+	case queueing && (c.queued || queue > t.minRTT/2) && got2 < 0.95*sent2 && sent2 >= r/4:
 		// The best of the recent samples: a host stall lowers one,
 		// never raises it; below the pacing rate (the link is slower,
 		// and a burst of statuses after a stall is no faster link). A
