@@ -378,8 +378,10 @@ func loadFrame() []byte {
 // that offers the rate whatever else the machine runs.
 func blastFrames(ctx context.Context, s *rawsock.Socket, rateBps float64, dur time.Duration, prio int) error {
 	if prio > 0 {
+		// Locked and never unlocked: the thread ends with the goroutine.
+		// Unlocked, it went back to the runtime still real-time, and a
+		// satemu forked from it later inherited SCHED_FIFO in every thread.
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
 			return fmt.Errorf("generator SCHED_FIFO: %w", err)
