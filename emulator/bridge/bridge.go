@@ -67,6 +67,8 @@ type Dir struct {
 	framesOut, bytesOut atomic.Uint64
 	txErrors            atomic.Uint64
 	overflow            atomic.Uint64
+	txSwitches          atomic.Uint64 // transmit thread's moves in and out of SCHED_FIFO
+	txRealtime          atomic.Bool
 	late                lateHist
 	in                  Port
 }
@@ -84,6 +86,10 @@ type Options struct {
 	// RTPriority, if > 0, runs the transmit threads under SCHED_FIFO at that
 	// priority so other load cannot delay departures.
 	RTPriority int
+	// RTShare, if > 0, is the share of a CPU above which a transmit thread
+	// leaves SCHED_FIFO for nice -20 (see txSched): the kernel's real-time
+	// throttle would otherwise stop it for up to 50 ms a second.
+	RTShare float64
 	// RxRTPriority, if > 0, does the same for the two receive loops: on a
 	// machine loaded by other work an ordinary receive thread falls behind
 	// at high rates, while the kernel's own shaper runs in softirq ahead of
@@ -217,7 +223,7 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 	if b.opts.RxRTPriority > 0 {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		b.setFIFO(d.Name+" receive", b.opts.RxRTPriority)
+		setSched(unix.SCHED_FIFO, b.opts.RxRTPriority, d.Name+" receive", b.opts.Warn)
 	}
 	br, ok := in.(batchReader)
 	if !ok {
@@ -275,9 +281,8 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	if b.opts.RTPriority > 0 {
-		b.setFIFO(d.Name+" transmit", b.opts.RTPriority)
-	}
+	sched := newTxSched(d.Name+" transmit", b.opts.RTPriority, b.opts.RTShare, b.opts.Warn, d)
+	sched.start(b.clock())
 	batch := make([]frame, 0, txBatch)
 	frames := make([][]byte, 0, txBatch)
 	var windowStart, spun time.Duration
@@ -294,9 +299,11 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		// Spinning is capped at spinBudget of each spinWindow so that at
 		// high frame rates (a frame due every few microseconds) the transmit
 		// thread, possibly real-time, does not burn a whole CPU waiting.
-		if now := b.clock(); now-windowStart > spinWindow {
+		now := b.clock()
+		if now-windowStart > spinWindow {
 			windowStart, spun = now, 0
 		}
+		sched.tick(now)
 		spin := b.opts.Spin
 		if spun > spinBudget {
 			spin = 0
@@ -309,7 +316,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		batch = d.dl.popDue(b.clock(), batch[:0], txBatch)
 		// Lateness is taken when the send starts: on a veth the send call
 		// also runs the receiver's stack, which is not link delay.
-		now := b.clock()
+		now = b.clock()
 		for _, f := range batch {
 			d.late.add(now - f.due)
 		}
@@ -350,15 +357,6 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		}
 	}
 	return nil
-}
-
-// setFIFO puts the calling (locked) thread under SCHED_FIFO, warning if
-// that is not permitted.
-func (b *Bridge) setFIFO(what string, prio int) {
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
-	if err := unix.SchedSetAttr(0, &attr, 0); err != nil && b.opts.Warn != nil {
-		b.opts.Warn("%s: SCHED_FIFO priority %d not set (%v); it may fall behind under load", what, prio, err)
-	}
 }
 
 // Spin budget: at most spinBudget of busy-waiting per spinWindow.
@@ -487,31 +485,33 @@ func (b *Bridge) Config() map[string]DirConfig {
 
 // DirStats is a snapshot of one direction's counters.
 type DirStats struct {
-	FramesIn       uint64            `json:"frames_in"`
-	BytesIn        uint64            `json:"bytes_in"`
-	FramesOut      uint64            `json:"frames_out"`
-	BytesOut       uint64            `json:"bytes_out"`
-	Drops          map[string]uint64 `json:"drops"`
-	TxErrors       uint64            `json:"tx_errors"`
-	Overflow       uint64            `json:"in_flight_overflow"`
-	RxTruncated    uint64            `json:"rx_truncated"`
-	RxKernelDrops  uint64            `json:"rx_kernel_drops"`
-	QueuePackets   int               `json:"queue_packets"`
-	QueueBytes     int               `json:"queue_bytes"`
-	QueueHWPackets int               `json:"queue_high_water_packets"`
-	QueueHWBytes   int               `json:"queue_high_water_bytes"`
-	InFlight       int               `json:"in_flight"`
-	LateP50Us      float64           `json:"tx_late_p50_us"`
-	LateP99Us      float64           `json:"tx_late_p99_us"`
-	LateP999Us     float64           `json:"tx_late_p999_us"`
-	LateMaxUs      float64           `json:"tx_late_max_us"`
-	RateBps        float64           `json:"rate_bps"`
-	CeilBps        float64           `json:"ceil_bps"`
-	BurstBytes     int               `json:"burst_bytes"`
-	CBurstBytes    int               `json:"cburst_bytes"`
-	DelayMs        float64           `json:"delay_ms"`
-	BER            float64           `json:"ber"`
-	Up             bool              `json:"up"`
+	FramesIn        uint64            `json:"frames_in"`
+	BytesIn         uint64            `json:"bytes_in"`
+	FramesOut       uint64            `json:"frames_out"`
+	BytesOut        uint64            `json:"bytes_out"`
+	Drops           map[string]uint64 `json:"drops"`
+	TxErrors        uint64            `json:"tx_errors"`
+	TxRealtime      bool              `json:"tx_realtime"`       // transmit thread under SCHED_FIFO now
+	TxSchedSwitches uint64            `json:"tx_sched_switches"` // its moves in and out of SCHED_FIFO (see Options.RTShare)
+	Overflow        uint64            `json:"in_flight_overflow"`
+	RxTruncated     uint64            `json:"rx_truncated"`
+	RxKernelDrops   uint64            `json:"rx_kernel_drops"`
+	QueuePackets    int               `json:"queue_packets"`
+	QueueBytes      int               `json:"queue_bytes"`
+	QueueHWPackets  int               `json:"queue_high_water_packets"`
+	QueueHWBytes    int               `json:"queue_high_water_bytes"`
+	InFlight        int               `json:"in_flight"`
+	LateP50Us       float64           `json:"tx_late_p50_us"`
+	LateP99Us       float64           `json:"tx_late_p99_us"`
+	LateP999Us      float64           `json:"tx_late_p999_us"`
+	LateMaxUs       float64           `json:"tx_late_max_us"`
+	RateBps         float64           `json:"rate_bps"`
+	CeilBps         float64           `json:"ceil_bps"`
+	BurstBytes      int               `json:"burst_bytes"`
+	CBurstBytes     int               `json:"cburst_bytes"`
+	DelayMs         float64           `json:"delay_ms"`
+	BER             float64           `json:"ber"`
+	Up              bool              `json:"up"`
 	// The lateness histogram so far and its maximum, for the time series'
 	// per-interval lateness (not in the JSON: 2,990 buckets).
 	late    *lateCounts
@@ -547,6 +547,7 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 		FramesOut: d.framesOut.Load(), BytesOut: d.bytesOut.Load(),
 		Drops:    map[string]uint64{},
 		TxErrors: d.txErrors.Load(), Overflow: d.overflow.Load(),
+		TxRealtime: d.txRealtime.Load(), TxSchedSwitches: d.txSwitches.Load(),
 		QueuePackets: qp, QueueBytes: qb,
 		QueueHWPackets: c.QueueHWPackets, QueueHWBytes: c.QueueHWBytes,
 		InFlight: d.dl.len(),

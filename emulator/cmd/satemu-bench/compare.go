@@ -61,6 +61,7 @@ type sample struct {
 	softnet                   float64 // backlog drops on any interface of the machine
 	load                      string
 	ioPath, emuErrors         string
+	txSched                   string // satemu's a_to_b transmit thread at the end: class and switches
 }
 
 func (s sample) perGB(cpu float64) float64 {
@@ -132,6 +133,9 @@ func (b *bench) report(name string, r float64, delayMs int, s sample) bool {
 	extra := ""
 	if s.emuErrors != "" {
 		extra = " [" + s.emuErrors + "]"
+	}
+	if s.txSched != "" {
+		extra += " (" + s.txSched + ")"
 	}
 	fmt.Printf("%-15s %5.0f Mbit/s delay %3d ms: in %8.2f out %8.2f Mbit/s (%+.3f%% of min(rate,in)), %s, drops %.0f (backlog, machine-wide: %.0f), CPU/GB emulator %5.2f s (process %5.2f) machine %5.2f s, steal %.2f s (%.1f%%), load %s -> %s%s\n",
 		name, r/1e6, delayMs, s.inBps/1e6, s.outBps/1e6, errPct, late, s.drops, s.softnet,
@@ -293,6 +297,13 @@ func (b *bench) satemuRate(path string, r float64, delayMs int) (sample, error) 
 	st, serr := emu.DirStats("a_to_b")
 	if serr == nil {
 		s.lateP50, s.lateP99 = num(st, "tx_late_p50_us"), num(st, "tx_late_p99_us")
+		class := "ordinary"
+		if rt, _ := st["tx_realtime"].(bool); rt {
+			class = "SCHED_FIFO"
+		} else if num(st, "tx_sched_switches") > 0 {
+			class = "nice -20"
+		}
+		s.txSched = fmt.Sprintf("transmit thread %s at the end, %.0f switches", class, num(st, "tx_sched_switches"))
 		if s.drops > 0 {
 			// Since satemu started, by cause: which stage lost them.
 			s.emuErrors = fmt.Sprintf("since start: queue %.0f, rx_kernel_drops %.0f, in_flight_overflow %.0f, tx_errors %.0f",
@@ -367,8 +378,10 @@ func loadFrame() []byte {
 // that offers the rate whatever else the machine runs.
 func blastFrames(ctx context.Context, s *rawsock.Socket, rateBps float64, dur time.Duration, prio int) error {
 	if prio > 0 {
+		// Locked and never unlocked: the thread ends with the goroutine.
+		// Unlocked, it went back to the runtime still real-time, and a
+		// satemu forked from it later inherited SCHED_FIFO in every thread.
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
 			return fmt.Errorf("generator SCHED_FIFO: %w", err)

@@ -51,6 +51,7 @@ type options struct {
 	io                       string
 	noBypass                 bool
 	spinUs, rtPrio, rxRTPrio int
+	rtShare                  float64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (tpacket, else socket)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
 	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
+	fs.Float64Var(&o.rtShare, "rt-share", -1, "a transmit thread using more than this share of a CPU (over 100 ms) leaves SCHED_FIFO for nice -20 until it falls below a quarter of it; -1 = half the kernel's real-time budget (kernel.sched_rt_runtime_us/period, no limit when it is -1), 0 = stay real-time")
 	fs.IntVar(&o.rxRTPrio, "rx-rt-priority", 0, "run the receive loops under SCHED_FIFO at this priority too (1-99, 0 = off): for high rates on a loaded machine")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
@@ -78,6 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.spinUs < 0 || o.spinUs > 100000 || o.rtPrio < 0 || o.rtPrio > 99 || o.rxRTPrio < 0 || o.rxRTPrio > 99 {
 		return o, usageError{errors.New("-spin-us must be in [0,100000], -rt-priority and -rx-rt-priority in [0,99]")}
+	}
+	if o.rtShare != -1 && (o.rtShare < 0 || o.rtShare > 1) {
+		return o, usageError{errors.New("-rt-share must be -1 or in [0,1]")}
 	}
 	switch o.io {
 	case "auto", ioTpacket, ioSocket:
@@ -98,10 +103,18 @@ func randomSeed() uint64 {
 	return binary.LittleEndian.Uint64(b[:])
 }
 
+// txSchedReport is how the transmit threads were scheduled.
+type txSchedReport struct {
+	RTPriority int             `json:"rt_priority"` // 0: ordinary threads
+	RTShare    float64         `json:"rt_share"`    // CPU share that ends SCHED_FIFO; 0 = none
+	Budget     bridge.RTBudget `json:"kernel"`
+}
+
 // finalReport is emulator.json.
 type finalReport struct {
 	Seed      uint64                      `json:"seed"`
 	IO        string                      `json:"io"`
+	TxSched   txSchedReport               `json:"tx_sched"`
 	StartedAt time.Time                   `json:"started_at"`
 	StoppedAt time.Time                   `json:"stopped_at"`
 	Config    map[string]bridge.DirConfig `json:"config"`
@@ -157,6 +170,24 @@ func openPorts(o options, stderr io.Writer) (pa, pb *rawsock.Socket, path string
 	return pa, pb, ioSocket, err
 }
 
+// txSchedFor resolves -rt-share against the kernel's real-time budget.
+func txSchedFor(o options, budget bridge.RTBudget, warn func(string, ...any)) txSchedReport {
+	r := txSchedReport{RTPriority: o.rtPrio, RTShare: o.rtShare, Budget: budget}
+	if o.rtPrio == 0 {
+		r.RTShare = 0
+	} else if o.rtShare < 0 {
+		r.RTShare = 0
+		if budget.Limited() {
+			r.RTShare = budget.Share() * bridge.RTShareOfBudget
+		}
+	}
+	if r.RTPriority > 0 && r.RTShare == 0 && budget.Limited() {
+		warn("transmit threads stay SCHED_FIFO (-rt-share 0) under the kernel's real-time throttle (kernel.sched_rt_runtime_us %d of %d): one busy for %.0f%% of a CPU is stopped for the rest of each %d ms",
+			budget.RuntimeUs, budget.PeriodUs, budget.Share()*100, budget.PeriodUs/1000)
+	}
+	return r
+}
+
 func run(args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -202,15 +233,22 @@ func run(args []string, stderr io.Writer) error {
 	defer pa.Close()
 	defer pb.Close()
 
+	warn := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "satemu: warning: "+format+"\n", args...)
+	}
+	budget, err := bridge.ReadRTBudget()
+	if err != nil {
+		warn("%v; taken as unlimited", err)
+		budget.RuntimeUs = -1
+	}
+	sched := txSchedFor(o, budget, warn)
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
 		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio, RxRTPriority: o.rxRTPrio,
+		RTShare: sched.RTShare,
 		// Ethernet header plus one VLAN tag above the larger MTU.
-		FrameSize: max(pa.MTU, pb.MTU) + 18, IO: ioPath,
-		Warn: func(format string, args ...any) {
-			fmt.Fprintf(stderr, "satemu: warning: "+format+"\n", args...)
-		}})
+		FrameSize: max(pa.MTU, pb.MTU) + 18, IO: ioPath, Warn: warn})
 	if err != nil {
 		return usageError{err}
 	}
@@ -255,7 +293,7 @@ func run(args []string, stderr io.Writer) error {
 		_ = ts.Write(final)
 	}
 	if o.statsDir != "" {
-		rep := finalReport{Seed: seed, IO: ioPath, StartedAt: started.UTC(), StoppedAt: time.Now().UTC(),
+		rep := finalReport{Seed: seed, IO: ioPath, TxSched: sched, StartedAt: started.UTC(), StoppedAt: time.Now().UTC(),
 			Config: br.Config(), SampleMs: cfg.Sample().Milliseconds(), Totals: final}
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
