@@ -140,30 +140,8 @@ type Tunnel struct {
 	// Round trip and rate control.
 	srtt, rttvar, minRTT time.Duration
 	minRTTAt             time.Time
-	ctl                  struct {
-		start     time.Time
-		minSample time.Duration
-		limited   bool // the pacer, not data or windows, held the sender back
-		queued    bool // the previous interval saw queueing delay
-		startup   bool
-		// resolved counts the wire bits of data frames whose fate became
-		// known in the interval (delivered, or lost after crossing the
-		// bottleneck): with a queue standing, the bottleneck's rate.
-		resolved float64
-		sent     float64 // wire bits of data frames sent in the interval
-		// The previous interval's rates (bit/s), so a decision rests on
-		// two round trips, not on one a busy host distorted.
-		prevGot, prevSent float64
-		// What the bottleneck passed in recent intervals with a queue
-		// standing (the link busy all along): its rate, less any
-		// interval in which this host read the statuses late.
-		passed   []rateSample
-		btl      float64   // the bottleneck's rate as last estimated (0: not yet)
-		draining bool      // pacing below btl until the queue is gone
-		drainBy  time.Time // when the queue should be gone
-		hold     time.Time // no probing up before this (just drained)
-	}
-	cap int64 // probing ceiling (0: none)
+	ctl                  rateCtl
+	cap                  int64 // probing ceiling (0: none)
 
 	// The link's liveness, from what the peer sends. quiet is when this
 	// side first sent data that the peer answers since it was last
@@ -877,6 +855,31 @@ func (t *Tunnel) inflightBitsLocked() float64 {
 		}
 	}
 	return b
+}
+
+// rateCtl is self-tuning's state (rateControlLocked), kept per round trip.
+type rateCtl struct {
+	start     time.Time
+	minSample time.Duration
+	limited   bool // the pacer, not data or windows, held the sender back
+	queued    bool // the previous interval saw queueing delay
+	startup   bool
+	// resolved counts the wire bits of data frames whose fate became
+	// known in the interval (delivered, or lost after crossing the
+	// bottleneck): with a queue standing, the bottleneck's rate.
+	resolved float64
+	sent     float64 // wire bits of data frames sent in the interval
+	// The previous interval's rates (bit/s), so a decision rests on
+	// two round trips, not on one a busy host distorted.
+	prevGot, prevSent float64
+	// What the bottleneck passed in recent intervals with a queue
+	// standing (the link busy all along): its rate, less any
+	// interval in which this host read the statuses late.
+	passed   []rateSample
+	btl      float64   // the bottleneck's rate as last estimated (0: not yet)
+	draining bool      // pacing below btl until the queue is gone
+	drainBy  time.Time // when the queue should be gone
+	hold     time.Time // no probing up before this (just drained)
 }
 
 type rateSample struct {
