@@ -300,8 +300,11 @@ def _mean_capture(rs: list[CellRow], key: str) -> float | None:
     return statistics.fmean(vals) if vals else None
 
 
-def summary_table(rows: list[CellRow]) -> list[dict]:
-    """One row per parameter combination (repetitions pooled)."""
+def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[dict]:
+    """One row per parameter combination (repetitions pooled). With a
+    reference (parameter: value, e.g. client: saratoga), each row also gives
+    its goodput as a percentage of the reference row that shares all its
+    other parameters: the experiment's own yardstick, measured in the same run."""
     groups: dict[str, list[CellRow]] = defaultdict(list)
     for r in rows:
         groups[_key(r.params)].append(r)
@@ -310,6 +313,14 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
         p = rs[0].params
         vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
         m, c = mean_ci(vals) if vals else (None, None)
+        after = _mean_metric(rs, "goodput_after_first_byte_bps")
+        ref: dict = {}
+        if reference:
+            ref_rows = groups.get(_key({**p, **reference}), [])
+            ref_mean = _mean_goodput(ref_rows)
+            ref_after = _mean_metric(ref_rows, "goodput_after_first_byte_bps")
+            ref = {"ref_pct": 100 * m / ref_mean if m and ref_mean else None,
+                   "ref_after_first_byte_pct": 100 * after / ref_after if after and ref_after else None}
         # What else tells the row apart: its variant and scenario paths
         # (seed 000's competing-flow count, seed 001's set-up).
         setting = " ".join(([str(p["variant"])] if p.get("variant") else []) +
@@ -319,7 +330,8 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
                     "failed": sum(r.status not in MEASURED for r in rs),
-                    "mean_bps": m, "ci95_bps": c, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
+                    "mean_bps": m, "ci95_bps": c, "first_byte_s": _mean_metric(rs, "first_byte_s"),
+                    "after_first_byte_bps": after, **ref, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
                     "cpu_s_per_gb": _mean_cpu_per_gb(rs),
                     **{k: _mean_capture(rs, k) for k, _ in CAPTURE_METRICS},
                     "seconds": statistics.fmean([r.seconds for r in rs if r.seconds]) if any(
@@ -327,6 +339,11 @@ def summary_table(rows: list[CellRow]) -> list[dict]:
     out.sort(key=lambda d: (PROTOCOL_ORDER.index(d["client"]) if d["client"] in PROTOCOL_ORDER else 99,
                             d["client"], d["pep"], d["rtt"], d["ber"], d["size"], d["direction"], d["setting"]))
     return out
+
+
+def _mean_goodput(rs: list[CellRow]) -> float | None:
+    vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
+    return statistics.fmean(vals) if vals else None
 
 
 def failure_reasons(rows: list[CellRow]) -> list[tuple[str, int]]:
@@ -344,19 +361,27 @@ def _reason(r: CellRow) -> str:
     return f"{r.status}: {text}" if not text.startswith(r.status) else text
 
 
-def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
+def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | None = None) -> str:
     """What a person reads in the terminal when a matrix ends: per
-    configuration ok/limited/failed and goodput, then the failure reasons."""
-    table = summary_table(rows)
+    configuration ok/limited/failed and goodput (over the whole command, then
+    after the first received byte, and the seconds before it), as a share of
+    the experiment's reference row where it names one; then the failure reasons."""
+    table = summary_table(rows, reference)
+    ref = (" % of " + ",".join(f"{v}" for v in reference.values())) if reference else ""
     lines = [f"{'client':<11}{'pep':<16}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
-             f"{'goodput Mbit/s':>16}"]
+             f"{'goodput Mbit/s':>16}" + (f"{ref:>17}" if ref else "") + f"{'1st byte s':>11}"
+             f"{'after it Mbit/s':>16}" + (f"{ref:>17}" if ref else "")]
     for d in table:
         good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
         if d["ci95_bps"] and d["ok"] > 1:
             good += f" ±{d['ci95_bps'] / 1e6:.3f}"
+        first = f"{d['first_byte_s']:.2f}" if d["first_byte_s"] is not None else "–"
+        after = f"{d['after_first_byte_bps'] / 1e6:.3f}" if d["after_first_byte_bps"] is not None else "–"
         lines.append(f"{d['client'][:10]:<11}{d['pep'][:15]:<16}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
                      f"{_human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
-                     f"{good:>16}" + (f"  {d['setting']}" if d["setting"] else ""))
+                     f"{good:>16}" + (f"{_pct(d.get('ref_pct')):>17}" if ref else "") + f"{first:>11}{after:>16}"
+                     + (f"{_pct(d.get('ref_after_first_byte_pct')):>17}" if ref else "")
+                     + (f"  {d['setting']}" if d["setting"] else ""))
     status = Counter(r.status for r in rows)
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
     reasons = failure_reasons(rows)
@@ -367,6 +392,10 @@ def terminal_summary(rows: list[CellRow], width: int = 240) -> str:
         if len(reasons) > 5:
             lines.append(f"  ... {len(reasons) - 5} other reasons (results.csv, report.html)")
     return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.1f} %" if v is not None else "–"
 
 
 def _mean_metric(rs: list[CellRow], key: str) -> float | None:
@@ -380,7 +409,8 @@ CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "size", "direction",
 
 def write_csv(path: str, rows: list[CellRow]) -> None:
     fields = ["hash", "experiment", "status", *CSV_PARAMS, "repetition", "goodput_bps", "rtt_ms_avg", "loss",
-              "integrity", "cpu_client_s", "cpu_server_s", *(k for k, _ in CAPTURE_METRICS), "seconds", "started",
+              "integrity", "first_byte_s", "goodput_after_first_byte_bps", "cpu_client_s", "cpu_server_s",
+              *(k for k, _ in CAPTURE_METRICS), "seconds", "started",
               "error"]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="", encoding="utf-8") as f:
@@ -393,7 +423,8 @@ def write_csv(path: str, rows: list[CellRow]) -> None:
                    "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.started)) if r.started else ""}
             for k in CSV_PARAMS:
                 doc[k] = r.params.get(k)
-            for k in ("rtt_ms_avg", "loss", "integrity", "cpu_client_s", "cpu_server_s"):
+            for k in ("rtt_ms_avg", "loss", "integrity", "first_byte_s", "goodput_after_first_byte_bps",
+                      "cpu_client_s", "cpu_server_s"):
                 doc[k] = r.metrics.get(k)
             doc.update(capture_metrics(r.metrics))
             w.writerow(doc)

@@ -92,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
                                       "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds",
                                       "keystrokes", "keystroke_ms_avg", "keystroke_ms_p50",
-                                      "time_limited", "prefix_integrity", "cpu_client_s", "cpu_server_s")
+                                      "time_limited", "prefix_integrity", "cpu_client_s", "cpu_server_s",
+                                      "first_byte_s", "goodput_after_first_byte_bps")
                if k in result}
     print(json.dumps(summary, sort_keys=True))
     if result.get("time_limited"):
@@ -169,7 +170,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         return 130
     rows = matrix.rows_of(exp, args.out)
     from satbed import charts
-    print(charts.terminal_summary(rows), file=sys.stderr)
+    print(charts.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
     print(json.dumps(counts, sort_keys=True))
     # limited is a measurement (what arrived within the time limit); failed,
     # timed-out or interrupted cells are not, whichever run of the matrix left them.

@@ -232,6 +232,7 @@ class Experiment:
     file: str
     description: str
     cells: list[Cell] = field(default_factory=list)
+    reference: dict | None = None   # parameter: value of the row the summary compares every row with
 
 
 def human_size(n: int) -> str:
@@ -299,7 +300,7 @@ def _build(doc, path: str, backend: str) -> Experiment:
     # no-PEP cells once, not once per option (the hash dedupes them below).
     combos = [{**c, "pep_options": ""} if c.get("pep") == "none" and c.get("pep_options") else c for c in combos]
     _check_peps({c["pep"] for c in combos}, backend)
-    exp = Experiment(name, path, str(doc.get("description") or ""))
+    exp = Experiment(name, path, str(doc.get("description") or ""), reference=_reference(doc.get("reference"), combos))
     seen: set[str] = set()
     for params in combos:
         for rep in range(reps):
@@ -308,6 +309,21 @@ def _build(doc, path: str, backend: str) -> Experiment:
                 seen.add(cell.hash)
                 exp.cells.append(cell)
     return exp
+
+
+def _reference(doc: dict | None, combos: list[dict]) -> dict | None:
+    """The summary's reference row (parameter: value): it must name
+    parameters the experiment has and match at least one cell."""
+    if not doc:
+        return None
+    ref = {}
+    for k, v in doc.items():
+        if k not in PARAMS:
+            raise SatbedError(f"reference.{k}: not a parameter (known: {', '.join(sorted(PARAMS))})")
+        ref[k] = _normalise(f"reference.{k}", k, v)
+    if not any(all(c.get(k) == v for k, v in ref.items()) for c in combos):
+        raise SatbedError(f"reference: no cell has {', '.join(f'{k}={v}' for k, v in ref.items())}")
+    return ref
 
 
 @dataclass

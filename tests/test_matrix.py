@@ -82,6 +82,9 @@ def test_changing_any_parameter_changes_the_hash(tmp_path):
     ("variants: [{name: x, set: {rtt: fast}}]\n", "variants.0.set.rtt: bad rtt 'fast'"),
     ("variants: [{name: x, clients: [nosuch]}]\n", "variants.0.clients: unknown client 'nosuch'"),
     ("variants: [{name: x, clients: [ftp]}, {name: x, clients: [ftp, scp]}]\n", "'x' given twice for the same client"),
+    ("axes: {client: [scp, saratoga]}\nreference: {colour: red}\n", "reference.colour: not a parameter"),
+    ("axes: {client: [scp, ftp]}\nreference: {client: saratoga}\n", "reference: no cell has client=saratoga"),
+    ("axes: {client: [scp, saratoga]}\nreference: {rtt: soon}\n", "reference.rtt: bad rtt 'soon'"),
 ])
 def test_bad_files_fail_with_one_line(tmp_path, text, message):
     from satbed import matrix
@@ -273,6 +276,39 @@ def test_pepd_wan_rate_is_a_series_of_its_own(tmp_path):
                    ("pepd wan=rate", 0.0): 7e6, ("pepd wan=rate", 1e-5): 7e6}
     page = open(charts.build(out)).read()
     assert "pepd wan=rate" in page
+
+
+def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions(tmp_path):
+    """reference: {client: saratoga} puts each row beside Saratoga's row with
+    the same PEP and BER: goodput over the whole command and after the first
+    received byte (the application's set-up apart)."""
+    from satbed import charts, matrix
+    from satbed.store import CellRow
+    exp = matrix.load(write(tmp_path, "fixed: {rtt: 600, emulator: userspace}\nreference: {client: saratoga}\n"
+                                      "axes: {client: [saratoga, scp], ber: [0, 1e-5]}\n"))
+    assert exp.reference == {"client": "saratoga"}
+    figures = {("saratoga", 0.0): (8e6, 0.6), ("scp", 0.0): (6e6, 6.0),
+               ("saratoga", 1e-5): (4e6, 0.6), ("scp", 1e-5): (4e6, 6.0)}
+    rows = []
+    for n, c in enumerate(exp.cells):
+        bps, first = figures[(c.params["client"], c.params["ber"])]
+        seconds = 100.0
+        rows.append(CellRow(hash=f"{n:016x}", experiment="ref", params=c.params, config={}, repetition=0,
+                            status="ok", goodput_bps=bps, metrics={
+                                "goodput_bps": bps, "first_byte_s": first,
+                                "goodput_after_first_byte_bps": bps * seconds / (seconds - first)},
+                            started=time.time(), seconds=seconds))
+    table = {(d["client"], d["ber"]): d for d in charts.summary_table(rows, exp.reference)}
+    assert table[("scp", 0.0)]["ref_pct"] == pytest.approx(75.0)
+    assert table[("scp", 0.0)]["ref_after_first_byte_pct"] == pytest.approx(75.0 * 99.4 / 94.0)
+    assert table[("scp", 1e-5)]["ref_pct"] == pytest.approx(100.0)
+    assert table[("saratoga", 0.0)]["ref_pct"] == pytest.approx(100.0)
+    text = charts.terminal_summary(rows, reference=exp.reference)
+    assert "% of saratoga" in text.splitlines()[0] and "1st byte s" in text.splitlines()[0]
+    scp0 = next(line for line in text.splitlines() if line.startswith("scp") and " 0 " in line)
+    assert "75.0 %" in scp0 and "6.00" in scp0
+    # Without a reference the columns of percentages are absent.
+    assert "% of" not in charts.terminal_summary(rows)
 
 
 def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_600_ms(tmp_path):
@@ -531,6 +567,31 @@ def test_delivered_bytes_counts_written_data_and_rsyncs_temporary_copy(tmp_path)
         f.write(b"y" * 65536)
     assert 65536 * 2 <= delivered_bytes(str(sparse)) < 1 << 20
     assert prefix_matches(str(sparse), str(source)) is None
+    # The Saratoga client writes NAME.part and renames it once the checksum verifies.
+    got = tmp_path / "recv" / "got.bin"
+    (got.parent / "got.bin.part").write_bytes(b"z" * 8192)
+    assert delivered_bytes(str(got)) == 8192
+
+
+def test_first_byte_is_when_the_copy_first_holds_data(tmp_path):
+    """The set-up a client spends before its first received byte is timed
+    from the command's start; nothing arriving leaves it unknown."""
+    import time
+    from satbed.clients.transfer import FirstByte
+    dest = tmp_path / "payload.bin"
+    dest.write_bytes(b"")           # created empty, as clients do before data comes
+    start = time.monotonic()
+    watch = FirstByte(str(dest), start)
+    time.sleep(0.3)
+    written = time.monotonic() - start
+    dest.write_bytes(b"data")
+    deadline = time.monotonic() + 30
+    while watch.seconds is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first = watch.stop()
+    assert first is not None and written <= first <= time.monotonic() - start
+    never = FirstByte(str(tmp_path / "never.bin"), time.monotonic())
+    assert never.stop() is None
 
 
 def test_time_limit_is_validated(tmp_path):

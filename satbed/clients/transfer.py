@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -74,6 +75,34 @@ class Payload:
     sha256: str
 
 
+class FirstByte:
+    """When the received copy first holds a byte, seconds after the transfer
+    command started: what came before it is the application's own set-up
+    (login, key exchange, commands), which no PEP can shorten. Polled from
+    a thread, so it serves every backend whose files the host can read."""
+
+    POLL_S = 0.01
+
+    def __init__(self, received: str, start: float):
+        self.received, self.start = received, start
+        self.seconds: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="first-byte", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if delivered_bytes(self.received) > 0:
+                self.seconds = time.monotonic() - self.start
+                return
+            self._stop.wait(self.POLL_S)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join()
+        return self.seconds
+
+
 @dataclass
 class Limited:
     """A transfer the time limit stopped: when, and what had arrived by then."""
@@ -83,11 +112,12 @@ class Limited:
 
 def delivered_bytes(path: str) -> int:
     """Bytes a receiver has written so far: the file's allocated data (a
-    receiver that writes out of order leaves holes), or rsync's temporary copy
-    (.NAME.XXXXXX beside it) while rsync has not renamed it yet."""
+    receiver that writes out of order leaves holes), or the temporary copy
+    beside it that the receiver renames at the end: rsync's and the Saratoga
+    server's .NAME.XXXXXX, the Saratoga client's NAME.part."""
     head, tail = os.path.split(path)
     best = 0
-    for candidate in [path, *glob.glob(os.path.join(glob.escape(head), f".{glob.escape(tail)}.*"))]:
+    for candidate in [path, f"{path}.part", *glob.glob(os.path.join(glob.escape(head), f".{glob.escape(tail)}.*"))]:
         try:
             st = os.stat(candidate)
         except OSError:
@@ -187,6 +217,7 @@ class Run:
         self.files: list[str] = []
         self.received: str | None = None
         self.limited: Limited | None = None
+        self.first_byte_s: float | None = None
         self.dir = os.path.join(ctx.run_dir, "files", name)
         os.makedirs(self.dir, exist_ok=True)
         # CPU seconds of the transfer command and of the servers while it
@@ -330,6 +361,7 @@ class Run:
             start = time.monotonic()
             proc = node.popen(args, stdin=fin, stdout=fout, stderr=subprocess.PIPE if stdout else subprocess.STDOUT,
                               **popen)
+            watch = FirstByte(self.received, start) if timeout_given is None and self.received else None
             try:
                 wait = limit if limit is not None else timeout
                 if measured:
@@ -359,6 +391,8 @@ class Run:
             finally:
                 if proc in node.procs:
                     node.procs.remove(proc)
+                if watch is not None:
+                    self.first_byte_s = watch.stop()
             seconds = time.monotonic() - start
         finally:
             for f in (fin, fout):
@@ -385,7 +419,7 @@ class Run:
                    "seconds": round(seconds, 3),
                    "goodput_bps": round(size * 8 / seconds) if seconds > 0 else 0,
                    "integrity": "ok" if ok else "fail", "sha256": got, "sha256_expected": payload.sha256,
-                   **self.cpu, **extra}
+                   **self._after_first_byte(size, seconds), **self.cpu, **extra}
         self.note(f"received {received}: {size} bytes sha256 {got}: integrity {metrics['integrity']}")
         if not ok:
             why = "missing" if got is None else f"{size} of {payload.size} bytes, sha256 {got}"
@@ -393,6 +427,16 @@ class Run:
             print(f"satbed: INTEGRITY FAILURE: {metrics['error']} (run directory: {self.ctx.run_dir})",
                   file=sys.stderr, flush=True)
         return metrics
+
+    def _after_first_byte(self, size: int, seconds: float) -> dict:
+        """The set-up before the first received byte, and the goodput after
+        it: the application's own round trips (ssh's key exchange and
+        login, FTP's commands) apart from how fast the data then moved."""
+        first = self.first_byte_s
+        if first is None or not 0 <= first < seconds:
+            return {}
+        return {"first_byte_s": round(first, 3),
+                "goodput_after_first_byte_bps": round(size * 8 / (seconds - first))}
 
     def _verify_partial(self, payload: Payload, received: str, **extra) -> dict:
         """A time-limited transfer: goodput from the bytes delivered within the
@@ -408,7 +452,7 @@ class Run:
                    "time_limited": True, "time_limit_s": self.ctx.time_limit_s,
                    "integrity": "incomplete",
                    "prefix_integrity": {True: "ok", False: "fail", None: "unchecked"}[prefix],
-                   "sha256_expected": payload.sha256, **extra}
+                   "sha256_expected": payload.sha256, **self._after_first_byte(lim.bytes, lim.seconds), **extra}
         self.note(f"time limit: {lim.bytes} of {payload.size} bytes in {lim.seconds:.1f} s; "
                   f"prefix integrity {metrics['prefix_integrity']}")
         if prefix is False:
