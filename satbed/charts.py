@@ -316,7 +316,10 @@ def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[di
         after = _mean_metric(rs, "goodput_after_first_byte_bps")
         ref: dict = {}
         if reference:
-            ref_rows = groups.get(_key({**p, **reference}), [])
+            want = {**p, **reference}
+            if want.get("pep") == "none":   # as the matrix makes them: no PEP takes no options
+                want["pep_options"] = ""
+            ref_rows = groups.get(_key(want), [])
             ref_mean = _mean_goodput(ref_rows)
             ref_after = _mean_metric(ref_rows, "goodput_after_first_byte_bps")
             ref = {"ref_pct": 100 * m / ref_mean if m and ref_mean else None,
@@ -367,21 +370,26 @@ def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | No
     after the first received byte, and the seconds before it), as a share of
     the experiment's reference row where it names one; then the failure reasons."""
     table = summary_table(rows, reference)
-    ref = (" % of " + ",".join(f"{v}" for v in reference.values())) if reference else ""
-    lines = [f"{'client':<11}{'pep':<16}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
-             f"{'goodput Mbit/s':>16}" + (f"{ref:>17}" if ref else "") + f"{'1st byte s':>11}"
-             f"{'after it Mbit/s':>16}" + (f"{ref:>17}" if ref else "")]
+    named = ",".join(str(v) for v in reference.values()) if reference else ""
+    ref = f"% of {named if len(named) <= 12 else 'ref'}" if reference else ""
+    pep_w = max([16, *(len(d["pep"]) + 2 for d in table)])
+    lines = [f"{'client':<11}{'pep':<{pep_w}}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
+             f"{'goodput Mbit/s':>16}" + (f"{ref:>16}" if ref else "") + f"{'1st byte s':>11}"
+             f"{'after it Mbit/s':>16}" + (f"{ref:>16}" if ref else "")]
     for d in table:
         good = f"{d['mean_bps'] / 1e6:.3f}" if d["mean_bps"] is not None else "–"
         if d["ci95_bps"] and d["ok"] > 1:
             good += f" ±{d['ci95_bps'] / 1e6:.3f}"
         first = f"{d['first_byte_s']:.2f}" if d["first_byte_s"] is not None else "–"
         after = f"{d['after_first_byte_bps'] / 1e6:.3f}" if d["after_first_byte_bps"] is not None else "–"
-        lines.append(f"{d['client'][:10]:<11}{d['pep'][:15]:<16}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
+        lines.append(f"{d['client'][:10]:<11}{d['pep']:<{pep_w}}{d['rtt']:>7g}{fmt_ber(d['ber']):>7}"
                      f"{_human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
-                     f"{good:>16}" + (f"{_pct(d.get('ref_pct')):>17}" if ref else "") + f"{first:>11}{after:>16}"
-                     + (f"{_pct(d.get('ref_after_first_byte_pct')):>17}" if ref else "")
+                     f"{good:>16}" + (f"{_pct(d.get('ref_pct')):>16}" if ref else "") + f"{first:>11}{after:>16}"
+                     + (f"{_pct(d.get('ref_after_first_byte_pct')):>16}" if ref else "")
                      + (f"  {d['setting']}" if d["setting"] else ""))
+    if reference:
+        lines.append("% of " + (named if ref.endswith(named) else "ref") + ": of the row with "
+                     + ", ".join(f"{k}={v}" for k, v in reference.items()) + " and the same other parameters")
     status = Counter(r.status for r in rows)
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
     reasons = failure_reasons(rows)
