@@ -124,8 +124,8 @@ def parse(doc: dict, path: str) -> Scenario:
         if k not in ("between", "start_after", "cwnd_trace"):
             params[k] = v
     m = doc.get("matrix") or {}
-    if not isinstance(m, dict) or set(m) - {"repetitions", "timeout", "axes", "variants"}:
-        raise SatbedError("matrix: a mapping with repetitions:, timeout:, axes: and variants:")
+    if not isinstance(m, dict) or set(m) - {"repetitions", "timeout", "axes", "variants", "reference"}:
+        raise SatbedError("matrix: a mapping with repetitions:, timeout:, axes:, variants: and reference:")
     sc = Scenario(str(doc.get("name") or os.path.splitext(os.path.basename(path))[0]), path,
                   str(doc.get("description") or ""), params, m, doc)
     extras(sc.doc, path, seed=1)       # validate now: every error before any testbed

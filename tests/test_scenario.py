@@ -37,6 +37,7 @@ def test_global_hawk_scenarios_are_the_experiment_files_cells(scen, experiment):
     assert len(today) == len(old.cells)
     assert [comparable(c) for c in today] == [comparable(c) for c in old.cells]
     assert all(c.config["endpoints"] == ["clientA", "clientB"] for c in new.cells)
+    assert new.reference == old.reference == {"client": "saratoga"}
 
 
 def test_named_links_hold_their_own_settings_per_direction():
