@@ -634,7 +634,9 @@ def build(out: str) -> str:
     table = summary_table(rows)
     # Only the columns some configuration has: a ping column in a matrix
     # without ping cells, or capture columns without captures, stay out.
-    extra = [(k, label) for k, label in (("rtt_ms_avg", "ping RTT ms"), ("cpu_s_per_gb", "CPU s per GB (both ends)"),
+    extra = [(k, label) for k, label in (("first_byte_s", "s before the first byte"),
+                                         ("after_first_byte_bps", "goodput after it Mbit/s"),
+                                         ("rtt_ms_avg", "ping RTT ms"), ("cpu_s_per_gb", "CPU s per GB (both ends)"),
                                          *CAPTURE_METRICS)
              if any(d.get(k) is not None for d in table)]
 
@@ -645,6 +647,8 @@ def build(out: str) -> str:
             return _fmt_bps(v)
         if k == "cpu_s_per_gb":
             return f"{v:.1f}"
+        if k == "first_byte_s":
+            return f"{v:.2f}"
         return f"{v:.1f}" if k.endswith("_ms_avg") else f"{v:,.0f}"
     settings = any(d["setting"] for d in table)
     body = [[*([d["setting"]] if settings else []),
@@ -657,7 +661,12 @@ def build(out: str) -> str:
     parts.append(_table([*(["setting"] if settings else []),
                          "client", "PEP", "RTT ms", "BER", "size", "direction", "ok", "goodput Mbit/s",
                          "± 95% Mbit/s", *(label for _, label in extra), "cell s"], body))
-    if any(k != "rtt_ms_avg" for k, _ in extra):
+    if any(k == "first_byte_s" for k, _ in extra):
+        parts.append("<p class='caption'>Seconds before the first byte: from the transfer command's start "
+                     "until the received copy first held a byte (the application's own set-up: ssh's key "
+                     "exchange and login, FTP's commands); the goodput after it runs from there to the "
+                     "command's end.</p>")
+    if any(k in dict(CAPTURE_METRICS) or k == "cpu_s_per_gb" for k, _ in extra):
         parts.append("<p class='caption'>From the cells' captures: sender and receiver views end to "
                      "end as the TCP spoofing study defines them (bytes acknowledged from the "
                      "initiator's SYN to the last ACK the sender received / the receiver sent); RTT "
