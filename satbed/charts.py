@@ -631,11 +631,16 @@ def build(out: str) -> str:
                      f"<p class='caption'>{html.escape(c['caption'])}</p></div>")
 
     parts.append("<h2>Summary (repetitions pooled)</h2>")
-    table = summary_table(rows)
+    # The newest run's reference row: what the matrix summary compared with.
+    reference = next((r["reference"] for r in reversed(runs) if r.get("reference")), None)
+    table = summary_table(rows, reference)
     # Only the columns some configuration has: a ping column in a matrix
     # without ping cells, or capture columns without captures, stay out.
-    extra = [(k, label) for k, label in (("first_byte_s", "s before the first byte"),
+    named = ", ".join(f"{k}={v}" for k, v in reference.items()) if reference else ""
+    extra = [(k, label) for k, label in (("ref_pct", f"% of {named}"),
+                                         ("first_byte_s", "s before the first byte"),
                                          ("after_first_byte_bps", "goodput after it Mbit/s"),
+                                         ("ref_after_first_byte_pct", f"after it, % of {named}"),
                                          ("rtt_ms_avg", "ping RTT ms"), ("cpu_s_per_gb", "CPU s per GB (both ends)"),
                                          *CAPTURE_METRICS)
              if any(d.get(k) is not None for d in table)]
@@ -649,6 +654,8 @@ def build(out: str) -> str:
             return f"{v:.1f}"
         if k == "first_byte_s":
             return f"{v:.2f}"
+        if k.endswith("_pct"):
+            return f"{v:.1f} %"
         return f"{v:.1f}" if k.endswith("_ms_avg") else f"{v:,.0f}"
     settings = any(d["setting"] for d in table)
     body = [[*([d["setting"]] if settings else []),

@@ -1129,7 +1129,8 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         # so the long ones do not end the run alone.
         pending = plan_batches(todo, batch)
         parallel = admit.parallel(todo)
-        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host)
+        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host,
+                                 reference=exp.reference)
         batched = sum(len(b) for b in pending if len(b) > 1)
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
                      f"{len(todo)} to run ({admit.describe()}"

@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started     REAL,
     finished    REAL,
     outcome     TEXT,
-    host        TEXT                -- JSON: cores, memory, kernel
+    host        TEXT,               -- JSON: cores, memory, kernel
+    reference   TEXT                -- JSON: the experiment's reference row (parameter: value), or null
 );
 """
 
@@ -79,6 +80,9 @@ class Store:
         try:
             self.db = sqlite3.connect(path, timeout=30)
             self.db.executescript(SCHEMA)
+            # Databases written before runs had a reference gain the column.
+            if "reference" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}:
+                self.db.execute("ALTER TABLE runs ADD COLUMN reference TEXT")
             self.db.commit()
             # A database of another shape (or a damaged one) fails here, not mid-matrix.
             self.db.execute("SELECT hash, params, config, status, metrics FROM cells LIMIT 1").fetchall()
@@ -118,10 +122,13 @@ class Store:
         cur = self.db.execute(q + " ORDER BY experiment, hash", args)
         return [_row(cur, r) for r in cur.fetchall()]
 
-    def begin_run(self, experiment: str, file: str, jobs: int, cells: int, skipped: int, host: dict) -> int:
+    def begin_run(self, experiment: str, file: str, jobs: int, cells: int, skipped: int, host: dict,
+                  reference: dict | None = None) -> int:
         cur = self.db.execute(
-            "INSERT INTO runs (experiment, file, jobs, cells, skipped, started, host) VALUES (?,?,?,?,?,?,?)",
-            (experiment, file, jobs, cells, skipped, time.time(), _dump(host)))
+            "INSERT INTO runs (experiment, file, jobs, cells, skipped, started, host, reference)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            (experiment, file, jobs, cells, skipped, time.time(), _dump(host),
+             _dump(reference) if reference else None))
         self.db.commit()
         return int(cur.lastrowid)
 
@@ -136,6 +143,7 @@ class Store:
         for r in cur.fetchall():
             doc = dict(zip(names, r))
             doc["host"] = json.loads(doc["host"]) if doc.get("host") else {}
+            doc["reference"] = json.loads(doc["reference"]) if doc.get("reference") else None
             out.append(doc)
         return out
 

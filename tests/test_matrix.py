@@ -283,7 +283,7 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
     the same PEP and BER: goodput over the whole command and after the first
     received byte (the application's set-up apart)."""
     from satbed import charts, matrix
-    from satbed.store import CellRow
+    from satbed.store import CellRow, Store
     exp = matrix.load(write(tmp_path, "fixed: {rtt: 600, emulator: userspace}\nreference: {client: saratoga}\n"
                                       "axes: {client: [saratoga, scp], ber: [0, 1e-5]}\n"))
     assert exp.reference == {"client": "saratoga"}
@@ -309,6 +309,22 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
     assert "75.0 %" in scp0 and "6.00" in scp0
     # Without a reference the columns of percentages are absent.
     assert "% of" not in charts.terminal_summary(rows)
+    # The report redraws the same from the store: the run recorded its reference,
+    # also in a database written before runs had that column.
+    out = tmp_path / "m"
+    out.mkdir()
+    old = sqlite3.connect(out / "results.sqlite")
+    old.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, experiment TEXT NOT NULL, file TEXT,"
+                " jobs INTEGER, cells INTEGER, skipped INTEGER, started REAL, finished REAL, outcome TEXT, host TEXT)")
+    old.commit()
+    old.close()
+    with Store(str(out / "results.sqlite")) as s:
+        s.begin_run(exp.name, exp.file, 1, len(rows), 0, {}, reference=exp.reference)
+        for r in rows:
+            s.put(r)
+        assert s.runs()[-1]["reference"] == {"client": "saratoga"}
+    page = open(charts.build(str(out))).read()
+    assert "% of client=saratoga" in page and "75.0 %" in page and "s before the first byte" in page
 
 
 def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_600_ms(tmp_path):
