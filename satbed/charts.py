@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 
 from satbed.errors import SatbedError
 from satbed.files import write_text
+from satbed.matrix import without_options_for_no_pep
 from satbed.store import MEASURED, CellRow, Store
 
 # Two-sided 95% Student t quantiles by degrees of freedom; 1.96 beyond.
@@ -311,16 +312,14 @@ def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[di
     out = []
     for key, rs in groups.items():
         p = rs[0].params
-        vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
+        vals = _goodputs(rs)
         m, c = mean_ci(vals) if vals else (None, None)
         after = _mean_metric(rs, "goodput_after_first_byte_bps")
         ref: dict = {}
         if reference:
-            want = {**p, **reference}
-            if want.get("pep") == "none":   # as the matrix makes them: no PEP takes no options
-                want["pep_options"] = ""
-            ref_rows = groups.get(_key(want), [])
-            ref_mean = _mean_goodput(ref_rows)
+            ref_rows = groups.get(_key(without_options_for_no_pep({**p, **reference})), [])
+            ref_vals = _goodputs(ref_rows)
+            ref_mean = statistics.fmean(ref_vals) if ref_vals else None
             ref_after = _mean_metric(ref_rows, "goodput_after_first_byte_bps")
             ref = {"ref_pct": 100 * m / ref_mean if m and ref_mean else None,
                    "ref_after_first_byte_pct": 100 * after / ref_after if after and ref_after else None}
@@ -344,9 +343,9 @@ def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[di
     return out
 
 
-def _mean_goodput(rs: list[CellRow]) -> float | None:
-    vals = [r.goodput_bps for r in rs if r.status in MEASURED and r.goodput_bps]
-    return statistics.fmean(vals) if vals else None
+def _goodputs(rs: list[CellRow]) -> list[float]:
+    """The goodputs the cells measured (limited ones over their time limit)."""
+    return [r.goodput_bps for r in measured(rs)]
 
 
 def failure_reasons(rows: list[CellRow]) -> list[tuple[str, int]]:
@@ -371,7 +370,8 @@ def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | No
     the experiment's reference row where it names one; then the failure reasons."""
     table = summary_table(rows, reference)
     named = ",".join(str(v) for v in reference.values()) if reference else ""
-    ref = f"% of {named if len(named) <= 12 else 'ref'}" if reference else ""
+    label = named if len(named) <= 12 else "ref"
+    ref = f"% of {label}" if reference else ""
     pep_w = max([16, *(len(d["pep"]) + 2 for d in table)])
     lines = [f"{'client':<11}{'pep':<{pep_w}}{'rtt ms':>7}{'ber':>7}{'size':>10}  {'ok':>3}{'lim':>4}{'fail':>5}"
              f"{'goodput Mbit/s':>16}" + (f"{ref:>16}" if ref else "") + f"{'1st byte s':>11}"
@@ -388,7 +388,7 @@ def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | No
                      + (f"{_pct(d.get('ref_after_first_byte_pct')):>16}" if ref else "")
                      + (f"  {d['setting']}" if d["setting"] else ""))
     if reference:
-        lines.append("% of " + (named if ref.endswith(named) else "ref") + ": of the row with "
+        lines.append(f"% of {label}: of the row with "
                      + ", ".join(f"{k}={v}" for k, v in reference.items()) + " and the same other parameters")
     status = Counter(r.status for r in rows)
     lines.append(f"{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))

@@ -295,10 +295,10 @@ def _build(doc, path: str, backend: str) -> Experiment:
     if variants:
         combos = [{**c, **v.settings, "variant": v.name} for c in combos for v in variants
                   if v.clients is None or {**c, **v.settings}["client"] in v.clients]
-    # A PEP's options without a PEP mean nothing: a pep_options axis beside
-    # pep: [none, pepd] (the Global Hawk matrix's pepd wan=rate rows) runs the
-    # no-PEP cells once, not once per option (the hash dedupes them below).
-    combos = [{**c, "pep_options": ""} if c.get("pep") == "none" and c.get("pep_options") else c for c in combos]
+    # A pep_options axis beside pep: [none, pepd] (the Global Hawk matrix's
+    # pepd wan=rate rows) runs the no-PEP cells once, not once per option
+    # (the hash dedupes them below).
+    combos = [without_options_for_no_pep(c) for c in combos]
     _check_peps({c["pep"] for c in combos}, backend)
     exp = Experiment(name, path, str(doc.get("description") or ""), reference=_reference(doc.get("reference"), combos))
     seen: set[str] = set()
@@ -309,6 +309,11 @@ def _build(doc, path: str, backend: str) -> Experiment:
                 seen.add(cell.hash)
                 exp.cells.append(cell)
     return exp
+
+
+def without_options_for_no_pep(params: dict) -> dict:
+    """A PEP's options without a PEP mean nothing: a cell without one has none."""
+    return {**params, "pep_options": ""} if params.get("pep") == "none" and params.get("pep_options") else params
 
 
 def _reference(doc: dict | None, combos: list[dict]) -> dict | None:
