@@ -315,7 +315,7 @@ def _figure(run_dir: Path, title: str, window: tuple[float, float] = (0.0, 60.0)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from satbed.charts import png
+    from satbed.report.charts import png
     tr = traces(run_dir)
     fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
     lo, hi = window
@@ -350,7 +350,7 @@ def _throughput_figure(rows: list[RunMetrics]) -> str | None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from satbed.charts import png
+    from satbed.report.charts import png
     series: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for m in rows:
         if m.pep == "none" or m.buffer_packets is None or m.throughput_fraction is None:

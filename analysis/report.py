@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from satbed.files import write_text
+from satbed.core.files import write_text
 
 from .run import (VANTAGES, _classic_pcap, analyze_run, capture_paths, configured_window,
                   load_json, run_window, update_result)
@@ -261,7 +261,7 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
 def _testbed_sections(run: Path) -> list[str]:
     """Background traffic and router counters, where the run has them."""
     try:
-        from satbed import counters, traffic
+        from satbed.backends import counters, traffic
     except ImportError:     # analysis used without satbed beside it
         return []
     return [s for s in (traffic.report_section(str(run)), counters.report_section(str(run))) if s]

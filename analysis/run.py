@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from satbed.files import write_json, write_text
+from satbed.core.files import write_json, write_text
 from typing import TYPE_CHECKING, Any
 
 from . import pcap as pcapmod

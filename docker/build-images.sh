@@ -12,4 +12,4 @@ cd "$here"
 for b in satemu pepd saratoga; do
 	[ -x "bin/$b" ] || { echo "satbed: bin/$b missing: run \`make build\` first" >&2; exit 2; }
 done
-PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" exec /usr/bin/python3 -m satbed.docker images "$@"
+PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" exec /usr/bin/python3 -m satbed.backends.docker images "$@"

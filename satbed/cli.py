@@ -10,7 +10,7 @@ import signal
 import sys
 
 from satbed import __version__
-from satbed.errors import SatbedError, error_line
+from satbed.core.errors import SatbedError, error_line
 
 
 def _terminate(signum, frame):
@@ -42,7 +42,7 @@ def _seconds(v: str) -> float:
 
 
 def link_from(args: argparse.Namespace):
-    from satbed.emulation import LinkConfig
+    from satbed.backends.emulation import LinkConfig
     extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
@@ -59,7 +59,8 @@ def run_config(args: argparse.Namespace):
     path a matrix cell takes (matrix.PARAMS, matrix.run_config): defaults,
     then the scenario's values, then the flags actually typed."""
     import yaml
-    from satbed import matrix, scenario
+    from satbed.execution import matrix
+    from satbed.model import scenario
     params = {k: default for k, (_, default) in matrix.PARAMS.items()}
     params["graphs"] = True
     scenario_params: dict = {}
@@ -85,7 +86,7 @@ def run_config(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from satbed import runner
+    from satbed.execution import runner
     cfg = run_config(args)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
     print(run_dir)
@@ -104,12 +105,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
-    from satbed import topology
+    from satbed.model import topology
     spec = topology.load(args.topology)
     if args.backend == "docker":
-        from satbed import docker
-        from satbed.nodeshell import NodeShell
-        from satbed.testbed import Testbed
+        from satbed.backends import docker
+        from satbed.backends.nodeshell import NodeShell
+        from satbed.backends.testbed import Testbed
         tb = Testbed(spec, backend="docker")
         try:
             with docker.options(record=tb.record):
@@ -122,7 +123,7 @@ def cmd_cli(args: argparse.Namespace) -> int:
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
-    from satbed.testbed import running
+    from satbed.backends.testbed import running
     with running(spec) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
         setLogLevel("output")     # the CLI prints through Mininet's log
@@ -131,7 +132,7 @@ def cmd_cli(args: argparse.Namespace) -> int:
 
 
 def cmd_check_link(args: argparse.Namespace) -> int:
-    from satbed import checklink
+    from satbed.execution import checklink
     out = checklink.check(link_from(args), seconds=args.seconds, probes=args.probes)
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -152,7 +153,7 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from satbed import matrix
+    from satbed.execution import matrix
     exp = matrix.load(args.file, args.backend, args.repetitions)
     if args.fidelity:
         matrix.fidelity(exp, args.out, args.jobs, backend=args.backend)
@@ -169,7 +170,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     rows = matrix.rows_of(exp, args.out)
-    from satbed import charts
+    from satbed.report import charts
     print(charts.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
     print(json.dumps(counts, sort_keys=True))
     # limited is a measurement (what arrived within the time limit); failed,
@@ -199,7 +200,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if window is not None:
         raise SatbedError("--window applies to a run directory's report, not a matrix's")
-    from satbed import charts
+    from satbed.report import charts
     print(charts.build(args.dir))
     from analysis import outage
     page = outage.study_page(args.dir)      # the outage study's page, when the matrix has its runs
@@ -209,26 +210,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from satbed.proc import require_root
-    from satbed.testbed import clean
+    from satbed.core.proc import require_root
+    from satbed.backends.testbed import clean
     require_root()
     done = []
     if args.backend == "ansible":
         # First, while the killed runs' directories (a PEP's state) are intact.
         import os
-        from satbed import ansible, records
+        from satbed.backends import ansible, records
         live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
         done += ansible.clean(os.environ.get(ansible.INVENTORY_ENV, ""), live)
     done += clean()
     # Containers of runs killed before their record listed them.
-    from satbed import docker
+    from satbed.backends import docker
     done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")
     return 0
 
 
 def cmd_pep_check(args: argparse.Namespace) -> int:
-    from satbed import pepcheck
+    from satbed.execution import pepcheck
     report = pepcheck.check(args.image)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1
@@ -280,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespaces (mininet) or containers (docker; `make images` first)")
     c.set_defaults(fn=cmd_cli)
 
-    from satbed import compose
+    from satbed.backends import compose
     compose.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")
@@ -348,10 +349,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SatbedError("--inventory goes with --backend ansible")
             # Read by the backend in this process and in every matrix cell.
             import os
-            from satbed.ansible import INVENTORY_ENV
+            from satbed.backends.ansible import INVENTORY_ENV
             os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
         if getattr(args, "needs_root", True):
-            from satbed.proc import require_root
+            from satbed.core.proc import require_root
             require_root()
         return args.fn(args)
     except SatbedError as e:

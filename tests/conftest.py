@@ -9,5 +9,5 @@ import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
 
 @pytest.fixture
 def globalhawk():
-    from satbed import topology
+    from satbed.model import topology
     return topology.load("globalhawk")

@@ -11,7 +11,7 @@ veth pairs wired like the real chain:
     emulator.eth2 = pepB.eth2  pepB.eth1 = clientB.eth1
 
 A container's /proc/sys is read-only, so the kernel settings the roles keep
-(from the same plan the roles read: `python3 -m satbed.ansible plan`) are set
+(from the same plan the roles read: `python3 -m satbed.backends.ansible plan`) are set
 when it is created, as Docker allows for namespaced ones; the roles then find
 them in force (on a real machine they write them). Needs root, Docker,
 ansible-playbook and bin/ (`make build`); skips with the reason otherwise."""
@@ -31,9 +31,9 @@ import pytest
 import yaml
 
 from satbed_testlib import REPO, needs_root, satbed
-from satbed import docker
-from satbed.ansible import plan
-from satbed.topology import load
+from satbed.backends import docker
+from satbed.backends.ansible import plan
+from satbed.model.topology import load
 
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")

@@ -9,7 +9,7 @@ import subprocess
 from satbed_testlib import REPO
 
 LAB_ADAPTER = '''
-from satbed.clients.base import Client
+from satbed.backends.clients.base import Client
 
 class Echo(Client):
     name = "lab-echo"
@@ -23,7 +23,7 @@ def registry(env_path: str | None) -> subprocess.CompletedProcess:
     env.pop("SATBED_CLIENT_PATH", None)
     if env_path:
         env["SATBED_CLIENT_PATH"] = env_path
-    return subprocess.run(["/usr/bin/python3", "-c", "from satbed import clients; print(' '.join(sorted(clients.REGISTRY)))"],
+    return subprocess.run(["/usr/bin/python3", "-c", "from satbed.backends import clients; print(' '.join(sorted(clients.REGISTRY)))"],
                           capture_output=True, text=True, env=env, timeout=60)
 
 

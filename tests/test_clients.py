@@ -42,11 +42,12 @@ def rtt_runs(tmp_path_factory):
         pytest.skip("needs root for network namespaces")
     if not os.access(SATEMU, os.X_OK):
         pytest.skip(f"{SATEMU} is absent (run `make build`): the {RTT_MS} ms RTT tests need the userspace emulator")
-    from satbed import clients, emulation, records, topology
-    from satbed.clients.base import ClientContext
-    from satbed.emulation import LinkConfig
-    from satbed.errors import SatbedError
-    from satbed.testbed import running
+    from satbed.backends import clients, emulation, records
+    from satbed.model import topology
+    from satbed.backends.clients.base import ClientContext
+    from satbed.backends.emulation import LinkConfig
+    from satbed.core.errors import SatbedError
+    from satbed.backends.testbed import running
 
     out = tmp_path_factory.mktemp("rtt")
     link = LinkConfig.symmetric(rtt_ms=RTT_MS, backend="userspace")
@@ -172,7 +173,8 @@ def test_missing_tool_is_one_line_naming_the_package(tmp_path):
 
 
 def test_missing_saratoga_binary_says_make_build(monkeypatch, tmp_path):
-    from satbed import clients, proc
+    from satbed.backends import clients
+    from satbed.core import proc
     monkeypatch.setattr(proc, "BIN_DIR", str(tmp_path))
     with pytest.raises(Exception) as err:
         clients.get("saratoga")
@@ -180,8 +182,8 @@ def test_missing_saratoga_binary_says_make_build(monkeypatch, tmp_path):
 
 
 def test_integrity_failure_is_loud(tmp_path, capsys):
-    from satbed.clients import transfer
-    from satbed.clients.base import ClientContext
+    from satbed.backends.clients import transfer
+    from satbed.backends.clients.base import ClientContext
     ctx = ClientContext(ground=None, aircraft=None, direction="download", size_bytes=4096,
                         run_dir=str(tmp_path), rate_bps=None, rtt_ms=0)
     with transfer.Run(ctx, "ftp") as t:
@@ -198,7 +200,7 @@ def test_integrity_failure_is_loud(tmp_path, capsys):
 
 
 def test_payload_is_seeded():
-    from satbed.clients.transfer import make_payload
+    from satbed.backends.clients.transfer import make_payload
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         a = make_payload(os.path.join(d, "a"), 100_000, 7)
@@ -215,7 +217,7 @@ _BUSY = ("import subprocess, sys\n"
 
 
 def test_communicate_measured_counts_the_process_and_its_children():
-    from satbed.clients.transfer import communicate_measured
+    from satbed.backends.clients.transfer import communicate_measured
     proc = subprocess.Popen([sys.executable, "-c", _BUSY], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err, cpu = communicate_measured(proc, 60)
     assert (out, err, proc.returncode) == (b"done\n", b"err\n", 0)
@@ -224,7 +226,7 @@ def test_communicate_measured_counts_the_process_and_its_children():
 
 
 def test_communicate_measured_leaves_a_late_process_to_the_caller():
-    from satbed.clients.transfer import communicate_measured
+    from satbed.backends.clients.transfer import communicate_measured
     proc = subprocess.Popen([sys.executable, "-c", "print('early', flush=True)\nimport time\ntime.sleep(60)"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -239,18 +241,18 @@ def test_communicate_measured_leaves_a_late_process_to_the_caller():
 
 
 def test_tree_cpu_seconds_of_this_process():
-    from satbed.clients.transfer import tree_cpu_seconds
+    from satbed.backends.clients.transfer import tree_cpu_seconds
     assert tree_cpu_seconds(os.getpid()) > 0
     assert tree_cpu_seconds(2 ** 22 + 1) == 0     # no such process
 
 
 @needs_root
 def test_dead_server_silent_server_and_stalled_transfer_are_bounded(globalhawk, tmp_path):
-    from satbed import clients, records
-    from satbed.clients import transfer
-    from satbed.clients.base import ClientContext
-    from satbed.errors import SatbedError
-    from satbed.testbed import running
+    from satbed.backends import clients, records
+    from satbed.backends.clients import transfer
+    from satbed.backends.clients.base import ClientContext
+    from satbed.core.errors import SatbedError
+    from satbed.backends.testbed import running
 
     with running(globalhawk) as tb:
         ground, aircraft = tb.host("clientA"), tb.host("clientB")

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from satbed_testlib import REPO, needs_root, root_links, satbed
-from satbed import docker
-from satbed.errors import SatbedError
+from satbed.backends import docker
+from satbed.core.errors import SatbedError
 
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
@@ -106,7 +106,7 @@ def test_host_mirror_reads_deb822(tmp_path, monkeypatch):
 
 
 def test_pep_check_stats_rules():
-    from satbed.pepcheck import stats_problems
+    from satbed.execution.pepcheck import stats_problems
     good = {"name": "x", "connections_split": 1, "connections_active": 0, "bytes_lan_to_wan": 5,
             "bytes_wan_to_lan": 0, "splitting": True, "extra": "kept"}
     assert stats_problems(good, "x", True) == []
@@ -122,7 +122,7 @@ def test_pep_check_stats_rules():
 
 
 def test_pep_check_label_rules():
-    from satbed.pepcheck import label_problems
+    from satbed.execution.pepcheck import label_problems
     assert label_problems({"org.satbed.contract": "1", "org.satbed.pep.name": "x",
                            "org.satbed.pep.splits": "false"}) == []
     assert len(label_problems({"org.satbed.contract": "1"})) == 2
@@ -140,7 +140,7 @@ def test_pep_check_label_rules():
     ("5 ab", ["no-half-close"], False, "declares no-half-close but relayed"),
 ])
 def test_pep_check_half_close(reply, limits, ok, said):
-    from satbed.pepcheck import Report, half_close_check
+    from satbed.execution.pepcheck import Report, half_close_check
     name, passed, detail = half_close_check({"reply": reply, "end": "eof", "sent": "5 ab"},
                                             "it sent its answer", limits)
     assert name == "half-close" and passed is ok and said in detail, detail
@@ -151,7 +151,7 @@ def test_pep_check_half_close(reply, limits, ok, said):
 
 
 def test_pep_names_and_images():
-    from satbed import peps
+    from satbed.backends import peps
     assert peps.is_image("lab/pep:1") and peps.is_image("pep@sha256:ab") and not peps.is_image("pepd")
     assert peps.check("lab/pep:1") == "lab/pep:1"
     assert peps.slug("satbed/pep-pepd:latest") == "satbed_pep-pepd_latest"
@@ -173,20 +173,20 @@ def test_container_nodes_get_namespaced_sysctls_only():
                                        ("60:5:2.5", {"period_s": 60.0, "down_s": 5.0, "offset_s": 2.5}),
                                        ("off", None)])
 def test_compose_outage_option(text, want):
-    from satbed.compose import _outage
+    from satbed.backends.compose import _outage
     assert _outage(text) == want
 
 
 @pytest.mark.parametrize("text", ["10", "1:10", "x:1", "0:0", "10:-1", "1:2:3:4"])
 def test_compose_outage_option_rejects(text):
-    from satbed.compose import _outage
+    from satbed.backends.compose import _outage
     with pytest.raises(SatbedError, match="PERIOD_S:DOWN_S"):
         _outage(text)
 
 
 def test_compose_link_parameters():
     import argparse
-    from satbed.compose import _link_params
+    from satbed.backends.compose import _link_params
     ns = argparse.Namespace(rate="4mbit", ceil=None, rtt="300", ber="1e-6", queue=50, outage=None)
     assert _link_params(ns) == {"rate_bps": 4_000_000, "ceil_bps": 4_000_000, "delay_ms": 150.0,
                                 "ber": 1e-6, "queue_packets": 50}
@@ -418,9 +418,10 @@ def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftover
     """pepd, started by satbed inside a PEP container, has that container's
     capability sets, seccomp mode, cgroups and pid namespace; it and the
     container's other programs cannot write a sysctl, least of all a host one."""
-    from satbed import peps, topology
-    from satbed.emulation import LinkConfig
-    from satbed.testbed import Testbed
+    from satbed.backends import peps
+    from satbed.model import topology
+    from satbed.backends.emulation import LinkConfig
+    from satbed.backends.testbed import Testbed
     tb = Testbed(topology.load("globalhawk"), backend="docker")
     pep = None
     try:

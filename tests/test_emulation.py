@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from satbed.emulation import Direction, LinkConfig, compile_direction
-from satbed.errors import SatbedError
+from satbed.backends.emulation import Direction, LinkConfig, compile_direction
+from satbed.core.errors import SatbedError
 
 from satbed_testlib import needs_root, satbed
 
@@ -83,9 +83,9 @@ def test_htb_shapes_for_real():
 
 @needs_root
 def test_tc_backend_without_netem_says_so(tmp_path):
-    from satbed import topology
-    from satbed.emulation import TcEmulator, netem_available
-    from satbed.testbed import running
+    from satbed.model import topology
+    from satbed.backends.emulation import TcEmulator, netem_available
+    from satbed.backends.testbed import running
     with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
         node = tb.transparent("emulator")[0]
         if netem_available(node):
@@ -97,13 +97,13 @@ def test_tc_backend_without_netem_says_so(tmp_path):
 
 @pytest.mark.parametrize("raw, want", [("", None), ("auto", "auto"), ("tpacket", "tpacket"), ("socket", "socket")])
 def test_satemu_packet_path_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, want: str | None) -> None:
-    from satbed.emulation import IO_ENV, io_path
+    from satbed.backends.emulation import IO_ENV, io_path
     monkeypatch.setenv(IO_ENV, raw)
     assert io_path() == want
 
 
 def test_bad_satemu_packet_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from satbed.emulation import IO_ENV, io_path
+    from satbed.backends.emulation import IO_ENV, io_path
     monkeypatch.setenv(IO_ENV, "xdp")
     with pytest.raises(SatbedError, match="SATBED_EMULATOR_IO"):
         io_path()

@@ -1,6 +1,6 @@
 """The machine facts a run records about itself."""
 
-from satbed.environment import CpuTimes
+from satbed.results.environment import CpuTimes
 
 
 def _stat(tmp_path, name: str, line: str) -> str:

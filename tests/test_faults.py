@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from satbed.proc import BIN_DIR
+from satbed.core.proc import BIN_DIR
 from satbed_testlib import REPO, needs_root, satbed
 
 pytestmark = [needs_root, pytest.mark.skipif(

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from satbed.proc import BIN_DIR
+from satbed.core.proc import BIN_DIR
 from satbed_testlib import REPO, needs_root, root_links, satbed
 
 pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),

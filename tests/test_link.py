@@ -10,10 +10,14 @@ import tempfile
 
 import pytest
 
-from satbed import checklink, emulation, topology
-from satbed.emulation import LinkConfig
-from satbed.proc import BIN_DIR
-from satbed.testbed import running
+from satbed.backends import emulation
+
+from satbed.execution import checklink
+
+from satbed.model import topology
+from satbed.backends.emulation import LinkConfig
+from satbed.core.proc import BIN_DIR
+from satbed.backends.testbed import running
 
 from satbed_testlib import needs_root, satbed
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
-from satbed.errors import SatbedError
+from satbed.core.errors import SatbedError
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -53,7 +53,7 @@ experiments = st.fixed_dictionaries({}, optional={
 @PROFILE
 @given(st.one_of(documents, topologies))
 def test_topology_parse_returns_a_spec_or_one_error(doc):
-    from satbed import topology
+    from satbed.model import topology
     try:
         topology.parse(doc, source="fuzz")
     except SatbedError as e:
@@ -63,7 +63,7 @@ def test_topology_parse_returns_a_spec_or_one_error(doc):
 @PROFILE
 @given(st.one_of(documents, experiments))
 def test_experiment_build_returns_cells_or_one_error(doc):
-    from satbed import matrix
+    from satbed.execution import matrix
     try:
         matrix._build(doc, "fuzz.yaml", "mininet")
     except SatbedError as e:
@@ -73,7 +73,7 @@ def test_experiment_build_returns_cells_or_one_error(doc):
 @PROFILE
 @given(st.binary(max_size=400) | st.text(max_size=400).map(str.encode))
 def test_yaml_bytes_load_or_one_error(data):
-    from satbed import yamlfile
+    from satbed.core import yamlfile
     with tempfile.NamedTemporaryFile(suffix=".yaml") as f:
         f.write(data)
         f.flush()
@@ -86,7 +86,7 @@ def test_yaml_bytes_load_or_one_error(data):
 @PROFILE
 @given(st.binary(max_size=300) | documents.map(lambda d: __import__("json").dumps(d).encode()))
 def test_records_scan_never_raises(data):
-    from satbed import records
+    from satbed.backends import records
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "sb12ab.json"), "wb") as f:
             f.write(data)

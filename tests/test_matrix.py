@@ -25,7 +25,7 @@ def write(tmp_path, text: str) -> str:
 
 
 def test_smoke_file_expands_to_distinct_stable_cells():
-    from satbed import matrix
+    from satbed.execution import matrix
     one, two = matrix.load(SMOKE), matrix.load(SMOKE)
     assert len(one.cells) == 8
     assert [c.hash for c in one.cells] == [c.hash for c in two.cells]
@@ -38,7 +38,7 @@ def test_smoke_file_expands_to_distinct_stable_cells():
 def test_a_cell_keeps_its_identity_in_another_checkout(monkeypatch):
     # Scenario, topology and link-profile paths are absolute in a cell's
     # configuration; a resume from another clone must find the same cells.
-    from satbed import matrix
+    from satbed.execution import matrix
     for name in ("scenarios/outage.yaml", "experiments/wanrate-adapt.yaml"):
         cells = matrix.load(os.path.join(REPO, name)).cells
         assert any(REPO in json.dumps(c.config) for c in cells), name
@@ -49,7 +49,7 @@ def test_a_cell_keeps_its_identity_in_another_checkout(monkeypatch):
 
 
 def test_changing_any_parameter_changes_the_hash(tmp_path):
-    from satbed import matrix
+    from satbed.execution import matrix
     base = "fixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit}\n"
     h = matrix.load(write(tmp_path, base)).cells[0].hash
     for extra in ("  rtt: 100\n", "  ber: 1e-7\n", "  size: 2M\n", "  queue: 50\n", "  link: {cburst_bytes: 0}\n"):
@@ -87,8 +87,8 @@ def test_changing_any_parameter_changes_the_hash(tmp_path):
     ("axes: {client: [scp, saratoga]}\nreference: {rtt: soon}\n", "reference.rtt: bad rtt 'soon'"),
 ])
 def test_bad_files_fail_with_one_line(tmp_path, text, message):
-    from satbed import matrix
-    from satbed.errors import SatbedError
+    from satbed.execution import matrix
+    from satbed.core.errors import SatbedError
     path = write(tmp_path, text)
     with pytest.raises(SatbedError) as e:
         matrix.load(path)
@@ -104,7 +104,7 @@ def test_cli_reports_bad_file_in_one_line(tmp_path):
 
 
 def test_variants_are_named_bundles_over_fixed_and_may_be_limited_to_clients(tmp_path):
-    from satbed import matrix
+    from satbed.execution import matrix
     text = ("fixed: {pep: none, rtt: 500, emulator: userspace, rate: 2mbit}\n"
             "axes: {client: [ftp, scp]}\n"
             "variants:\n"
@@ -124,7 +124,7 @@ def test_variants_are_named_bundles_over_fixed_and_may_be_limited_to_clients(tmp
 
 
 def test_shipped_scenarios_with_variants():
-    from satbed import matrix
+    from satbed.execution import matrix
     sg = matrix.load(os.path.join(REPO, "scenarios", "split-gateways.yaml")).cells
     assert sorted(c.params["variant"] for c in sg) == ["gateways", "large-windows", "satellite", "terrestrial"]
     by = {c.params["variant"]: c for c in sg}
@@ -144,13 +144,13 @@ def test_shipped_scenarios_with_variants():
 
 
 def test_shipped_experiment_files_parse():
-    from satbed import matrix
+    from satbed.execution import matrix
     for name, cells in (("globalhawk", 6 * 3 * 4 * 3), ("quick", 3 * 2 * 2 * 3)):
         assert len(matrix.load(os.path.join(REPO, "experiments", f"{name}.yaml")).cells) == cells
 
 
 def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
-    from satbed import matrix
+    from satbed.execution import matrix
     fast = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, emulator: userspace}\n"
                                        "axes: {rtt: [0, 100, 300, 600, 700, 800, 900, 1000]}\n")).cells
     slow = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, ber: 1e-5, emulator: userspace}\n"
@@ -192,7 +192,7 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
 def _fake_store(out: str) -> None:
     """A partial Global Hawk matrix: no 600 ms cells, one BER missing at 300 ms,
     a failed cell, and three repetitions for intervals."""
-    from satbed.store import CellRow, Store
+    from satbed.results.store import CellRow, Store
     os.makedirs(out, exist_ok=True)
     with Store(os.path.join(out, "results.sqlite")) as s:
         n = 0
@@ -227,7 +227,7 @@ def _fake_store(out: str) -> None:
 
 
 def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
-    from satbed import charts
+    from satbed.report import charts
     out = str(tmp_path / "m")
     _fake_store(out)
     path = charts.build(out)
@@ -241,7 +241,7 @@ def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
     assert len(rows) == 1 + 3 * 2 * 8 * 3
     assert "failed" in rows[7] or any(",failed," in r for r in rows)
     # Chart 3 at BER 1e-5 has every RTT for every series, with intervals.
-    from satbed.store import Store
+    from satbed.results.store import Store
     with Store(os.path.join(out, "results.sqlite")) as s:
         c3 = charts.draw_chart(s.cells(), *charts.CHARTS[2])
     assert c3["value"] == 1e-5
@@ -253,8 +253,9 @@ def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
 def test_pepd_wan_rate_is_a_series_of_its_own(tmp_path):
     """The Global Hawk charts' rows: none, pepd (TCP WAN leg) and pepd
     wan=rate, each its own line, not pepd held at its most common options."""
-    from satbed import charts, matrix
-    from satbed.store import CellRow, Store
+    from satbed.execution import matrix
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     cells = matrix.load(write(tmp_path, "fixed: {client: scp, rtt: 600, emulator: userspace}\n"
                                         "axes: {pep: [none, pepd], pep_options: ['', wan=rate], ber: [0, 1e-5]}\n")).cells
     assert sorted((c.params["pep"], c.params["pep_options"]) for c in cells) == \
@@ -282,8 +283,9 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
     """reference: {client: saratoga} puts each row beside Saratoga's row with
     the same PEP and BER: goodput over the whole command and after the first
     received byte (the application's set-up apart)."""
-    from satbed import charts, matrix
-    from satbed.store import CellRow, Store
+    from satbed.execution import matrix
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     exp = matrix.load(write(tmp_path, "fixed: {rtt: 600, emulator: userspace}\nreference: {client: saratoga}\n"
                                       "axes: {client: [saratoga, scp], ber: [0, 1e-5]}\n"))
     assert exp.reference == {"client": "saratoga"}
@@ -331,8 +333,8 @@ def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_6
     """Each variant's charts stand alone: chart 2 falls back to 300 ms within
     its own variant (it was once matched against the other variant's chart 1
     and failed with a KeyError)."""
-    from satbed import charts
-    from satbed.store import CellRow, Store
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     out = str(tmp_path / "v")
     os.makedirs(out)
     with Store(os.path.join(out, "results.sqlite")) as s:
@@ -355,8 +357,8 @@ def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_6
 
 
 def test_report_without_throughput_still_has_three_charts(tmp_path):
-    from satbed import charts
-    from satbed.store import CellRow, Store
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     out = str(tmp_path / "p")
     os.makedirs(out)
     with Store(os.path.join(out, "results.sqlite")) as s:
@@ -370,8 +372,8 @@ def test_report_without_throughput_still_has_three_charts(tmp_path):
 def test_report_and_csv_carry_cpu_per_gb(tmp_path):
     """Cells that recorded both ends' CPU time show it per GB in the summary
     (mean over repetitions) and as seconds in results.csv."""
-    from satbed import charts
-    from satbed.store import CellRow, Store
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     out = str(tmp_path / "cpu")
     os.makedirs(out)
     with Store(os.path.join(out, "results.sqlite")) as s:
@@ -390,7 +392,7 @@ def test_report_and_csv_carry_cpu_per_gb(tmp_path):
 
 
 def test_wall_estimate_interpolates_measured_cells(tmp_path):
-    from satbed import matrix
+    from satbed.execution import matrix
     out = str(tmp_path / "m")
     _fake_store(out)
     exp = matrix.load(write(tmp_path, "fixed: {client: nuttcp-tcp, pep: none, emulator: userspace, size: 4M,"
@@ -559,7 +561,7 @@ def test_a_cell_over_its_time_limit_is_stopped_recorded_and_the_rest_continue(tm
 
 
 def test_delivered_bytes_counts_written_data_and_rsyncs_temporary_copy(tmp_path):
-    from satbed.clients.transfer import delivered_bytes, prefix_matches
+    from satbed.backends.clients.transfer import delivered_bytes, prefix_matches
     source = tmp_path / "payload.bin"
     source.write_bytes(os.urandom(3 << 20))
     dest = tmp_path / "recv" / "payload.bin"
@@ -593,7 +595,7 @@ def test_first_byte_is_when_the_copy_first_holds_data(tmp_path):
     """The set-up a client spends before its first received byte is timed
     from the command's start; nothing arriving leaves it unknown."""
     import time
-    from satbed.clients.transfer import FirstByte
+    from satbed.backends.clients.transfer import FirstByte
     dest = tmp_path / "payload.bin"
     dest.write_bytes(b"")           # created empty, as clients do before data comes
     start = time.monotonic()
@@ -611,8 +613,8 @@ def test_first_byte_is_when_the_copy_first_holds_data(tmp_path):
 
 
 def test_time_limit_is_validated(tmp_path):
-    from satbed import matrix
-    from satbed.errors import SatbedError
+    from satbed.execution import matrix
+    from satbed.core.errors import SatbedError
     for bad in ("-5", "0", "soon", "true"):
         with pytest.raises(SatbedError, match="time_limit must be a positive number"):
             matrix.load(write(tmp_path, f"fixed: {{client: scp, time_limit: {bad}}}\n"))
@@ -708,8 +710,8 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
 def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
     """Only RTT 600 ms: Chart 1 (RTT 0) would repeat Chart 2 and is not drawn;
     the summary carries the cells' capture figures and no empty ping column."""
-    from satbed import charts
-    from satbed.store import CellRow, Store
+    from satbed.report import charts
+    from satbed.results.store import CellRow, Store
     out = str(tmp_path / "c")
     os.makedirs(out)
 
@@ -745,8 +747,8 @@ def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
 
 
 def test_gallery_draws_ftp_and_scp_first(tmp_path):
-    from satbed import charts
-    from satbed.store import CellRow
+    from satbed.report import charts
+    from satbed.results.store import CellRow
     out = str(tmp_path / "g")
     rows = []
     for i, (client, pep) in enumerate((("ftp", "none"), ("ftp", "pepd"), ("ftp", "pepsal"), ("scp", "none"),
@@ -765,7 +767,7 @@ def test_gallery_draws_ftp_and_scp_first(tmp_path):
 # --- batches: cells that share a testbed ---------------------------------------------------------
 
 def test_batch_key_groups_cells_by_what_needs_a_rebuild(tmp_path):
-    from satbed import matrix
+    from satbed.execution import matrix
     # Size and repetition change only the transfer; the RTT and the PEP rebuild the testbed.
     cells = matrix.load(write(tmp_path, "repetitions: 2\nfixed: {client: ftp, emulator: userspace, rate: 8mbit}\n"
                                         "axes: {size: [64K, 1M], rtt: [100, 500], pep: [none, pepd]}\n")).cells
@@ -871,7 +873,7 @@ def test_an_interrupted_batch_resumes_at_its_first_undone_cell(tmp_path):
 
 
 def test_a_transfer_share_of_a_shared_emulator_differences_counters_only():
-    from satbed import runner
+    from satbed.execution import runner
     was = {"t_s": 10.0, "directions": {"a_to_b": {"frames_in": 100, "bytes_in": 150_000, "drops": {"ber": 3, "queue": 1},
                                                   "rate_bps": 8e6, "delay_ms": 300, "ber": 1e-5, "up": True,
                                                   "queue_high_water_packets": 40, "tx_late_p99_us": 900}}}

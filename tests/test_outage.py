@@ -9,8 +9,10 @@ import pytest
 import yaml
 
 from analysis import outage
-from satbed import cwnd, matrix, scenario
-from satbed.errors import SatbedError
+from satbed.backends import cwnd
+from satbed.execution import matrix
+from satbed.model import scenario
+from satbed.core.errors import SatbedError
 
 SS = """@@ 100.0
 ESTAB 0      0      10.99.15.2:40000 10.99.15.254:5000

@@ -9,11 +9,11 @@ import os
 
 import pytest
 
-from satbed import tcp_profiles
-from satbed.emulation import LinkConfig
-from satbed.errors import SatbedError
-from satbed.proc import BIN_DIR
-from satbed.runner import RunConfig, run
+from satbed.backends import tcp_profiles
+from satbed.backends.emulation import LinkConfig
+from satbed.core.errors import SatbedError
+from satbed.core.proc import BIN_DIR
+from satbed.execution.runner import RunConfig, run
 
 from satbed_testlib import needs_root, satbed
 

@@ -9,9 +9,11 @@ import os
 import pytest
 import yaml
 
-from satbed import matrix, scenario
-from satbed.errors import SatbedError
-from satbed.proc import BIN_DIR, REPO_ROOT
+from satbed.execution import matrix
+
+from satbed.model import scenario
+from satbed.core.errors import SatbedError
+from satbed.core.proc import BIN_DIR, REPO_ROOT
 
 from satbed_testlib import needs_root, satbed
 
@@ -112,7 +114,7 @@ def test_spoofing_scenario_runs_with_traffic_counters_and_a_one_sided_spoofer(tm
 
 
 def _docker_missing() -> str | None:
-    from satbed import docker
+    from satbed.backends import docker
     why = docker.available()
     if why is None and not all(docker.image_id(f"satbed/{i}:latest") for i in ("base", "host", "emulator",
                                                                                "pep-pepd")):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from satbed.proc import BIN_DIR
+from satbed.core.proc import BIN_DIR
 
 from satbed_testlib import needs_root, satbed
 

@@ -1,4 +1,4 @@
-"""The study pages of `satbed report` (satbed/studies.py) from stored cells:
+"""The study pages of `satbed report` (satbed/report/studies.py) from stored cells:
 seed 000's spoofing figures and seed 001's four set-ups side by side."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from satbed import charts, studies
-from satbed.store import CellRow, Store
+from satbed.report import charts, studies
+from satbed.results.store import CellRow, Store
 
 SPOOF = "/repo/scenarios/spoofing.yaml"
 SPLIT = "/repo/scenarios/split-gateways.yaml"

@@ -16,7 +16,7 @@ pytestmark = needs_root
 
 
 def test_client_a_pings_client_b_across_three_transparent_nodes(globalhawk):
-    from satbed.testbed import running
+    from satbed.backends.testbed import running
     with running(globalhawk) as tb:
         out = tb.host("clientA").run(["ping", "-n", "-c", "3", "-i", "0.2", "10.99.99.254"]).stdout
         assert "3 received" in out
@@ -34,7 +34,7 @@ def test_client_a_pings_client_b_across_three_transparent_nodes(globalhawk):
 
 
 def test_two_testbeds_at_once_do_not_collide(globalhawk):
-    from satbed.testbed import Testbed
+    from satbed.backends.testbed import Testbed
     one, two = Testbed(globalhawk), Testbed(globalhawk)
     try:
         one.start()
@@ -71,8 +71,8 @@ def test_ping_run_writes_result(tmp_path):
 
 def test_sigkilled_run_is_cleaned(globalhawk):
     script = ("import sys, time; sys.path.insert(0, %r)\n"
-              "from satbed import topology\n"
-              "from satbed.testbed import Testbed\n"
+              "from satbed.model import topology\n"
+              "from satbed.backends.testbed import Testbed\n"
               "tb = Testbed(topology.load('globalhawk')).start()\n"
               "tb.host('clientA').popen(['sleep', '600'])\n"
               "print(tb.prefix, flush=True)\n"
@@ -126,7 +126,7 @@ def test_sigterm_tears_down(tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=30)
     assert proc.returncode != 0
-    from satbed import records
+    from satbed.backends import records
     assert [r for r in records.load_all() if r.owner_pid == proc.pid] == []
     prefixes = {ln.split("-")[0] for ln in root_links() - before}
     assert prefixes == set(), prefixes
@@ -149,7 +149,7 @@ def test_cli_pings_by_host_name():
 
 def test_clean_removes_stale_sockets_and_half_written_records_only():
     import socket
-    from satbed import records
+    from satbed.backends import records
     os.makedirs(records.RECORD_DIR, exist_ok=True)
     stale_sock = os.path.join(records.RECORD_DIR, "sbfff0-em-satemu.sock")
     live_sock = os.path.join(records.RECORD_DIR, "sbfff1-em-satemu.sock")
@@ -182,7 +182,7 @@ def test_a_record_saves_while_other_threads_add_pids(tmp_path, monkeypatch):
     mapping another thread grows ("dictionary changed size during iteration"
     failed 2 of 196 matrix cells)."""
     import threading
-    from satbed import records
+    from satbed.backends import records
     monkeypatch.setattr(records, "RECORD_DIR", str(tmp_path))
     rec = records.RunRecord("sbffff", os.getpid(), records.start_time(os.getpid()))
     errors = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from satbed import topology
-from satbed.errors import SatbedError
+from satbed.model import topology
+from satbed.core.errors import SatbedError
 
 from satbed_testlib import satbed
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from satbed import runner, topology
-from satbed.emulation import LinkConfig
+from satbed.execution import runner
+
+from satbed.model import topology
+from satbed.backends.emulation import LinkConfig
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden.pcap"

@@ -1,0 +1,251 @@
+"""A realized topology: nodes, links and the teardown that always runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+import signal
+from contextlib import contextmanager
+from typing import Iterator
+
+from mininet.log import setLogLevel
+
+from satbed.backends import records, tcp_profiles
+
+from satbed.core import proc
+from satbed.core.errors import SatbedError
+from satbed.backends.net import Host, Link, Node, Router, TransparentNode
+from satbed.core.proc import require_root, require_tools
+from satbed.backends.records import RunRecord, start_time
+from satbed.model.topology import TopologySpec, transit_routes
+
+NEEDED_TOOLS = ("ip", "ethtool", "sysctl", "mnexec")
+
+
+class Testbed:
+    """One testbed instance. Names carry a per-run prefix (sbXXXX) so several
+    can be up at once; a record under /run/satbed lets `satbed clean` remove
+    what a killed run left."""
+
+    def __init__(self, spec: TopologySpec, prefix: str | None = None, backend: str = "mininet"):
+        self.spec, self.backend = spec, backend
+        self.prefix = prefix or records.new_prefix()
+        self.record = RunRecord(self.prefix, os.getpid(), start_time(os.getpid()))
+        self.nodes: dict[str, Node] = {}
+        self.links: list[Link] = []
+        self.tcp_cc: dict[str, str] = {}
+        self.queue_commands: dict[str, list[str]] = {}     # router.port -> the tc that made its queue
+        self.tcp_profiles: dict[str, dict] = {}            # host -> the profile's applied values
+        self.started = False
+
+    @property
+    def hosts(self) -> dict[str, Host]:
+        return {n: v for n, v in self.nodes.items() if isinstance(v, Host)}
+
+    def host(self, name: str) -> Host:
+        node = self.nodes.get(name)
+        if not isinstance(node, Host):
+            raise SatbedError(f"topology {self.spec.name} has no host {name!r}")
+        return node
+
+    def transparent(self, kind: str) -> list[TransparentNode]:
+        return [n for n in self.nodes.values() if isinstance(n, TransparentNode) and n.kind == kind]
+
+    @property
+    def routers(self) -> dict[str, Router]:
+        return {n: v for n, v in self.nodes.items() if isinstance(v, Router)}
+
+    def start(self, bridge_kinds: tuple[str, ...] = ("pep", "bridge", "emulator"),
+              profiles: dict[str, str] | None = None) -> "Testbed":
+        """Build nodes and links; bridge the transparent nodes whose kind is
+        listed (the emulator is left unbridged when satemu will own its ports).
+        profiles: host -> TCP profile name, over the topology's own."""
+        require_root()
+        require_tools(*NEEDED_TOOLS)
+        setLogLevel("error")
+        self.record.save()
+        self.started = True
+        spec = self.spec
+        for h in spec.hosts.values():
+            self.nodes[h.name] = Host(h.name, h.short, self.prefix, self.record, h.ip, self.backend, h.gateway)
+        for r in spec.routers.values():
+            self.nodes[r.name] = Router(r.name, r.short, self.prefix, self.record, r.addresses, self.backend)
+        for t in spec.transparent.values():
+            self.nodes[t.name] = TransparentNode(t.name, t.short, self.prefix, self.record, t.kind, t.ports,
+                                                    self.backend, address=t.ip)
+        for ls in spec.links:
+            a, b = self.nodes[ls.a.node], self.nodes[ls.b.node]
+            ia = a.add_intf(ls.a.port, a.intf_name(ls.a.port))
+            ib = b.add_intf(ls.b.port, b.intf_name(ls.b.port))
+            if not (a.sandbox.wired and b.sandbox.wired):
+                self.links.append(Link(ia, ib))
+        for name, node in self.nodes.items():
+            if not node.sandbox.wired:     # a machine's NICs are as its playbook left them
+                node.configure(spec.mtu)
+            if isinstance(node, Host):
+                self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
+            elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:
+                node.bridge()
+        for r in spec.routers.values():
+            router = self.routers[r.name]
+            for route in r.routes:
+                router.add_route(str(route.to), str(route.via))
+            for port, q in r.queues.items():
+                cmds = router.set_queue(port, q.packets, q.bytes, q.rate_bps, spec.mtu)
+                self.queue_commands[f"{r.name}.{port}"] = [" ".join(c) for c in cmds]
+        wanted = {h: (profiles or {}).get(h, spec.hosts[h].profile) for h in spec.hosts}
+        for host, name in wanted.items():
+            if name:
+                self.tcp_profiles[host] = tcp_profiles.load(name).apply(self.host(host))
+        if spec.routers:
+            # A PEP's own upstream connections need next hops beyond its bridge.
+            for t in spec.of_kind("pep"):
+                for route in transit_routes(spec, t.name):
+                    self.nodes[t.name].add_route(str(route.to), str(route.via))
+        return self
+
+    def stop(self) -> None:
+        """Tear everything down; safe to call twice and after a partial start."""
+        if not self.started:
+            return
+        # A second Ctrl-C must not cut the teardown short.
+        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            errors = []
+            for node in reversed(list(self.nodes.values())):
+                try:
+                    node.stop()
+                except Exception as e:  # keep tearing down the rest
+                    errors.append(f"{node.name}: {e}")
+            # Anything that slipped into our namespaces without a record dies too.
+            records.kill_pids(records.processes_in_netns(set(self.record.netns.values())))
+            self.record.remove()
+            self.started = False
+            if errors:
+                raise SatbedError("teardown: " + "; ".join(errors))
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def offload_state(self) -> dict[str, dict[str, str]]:
+        return {intf.name: intf.offloads() for node in self.nodes.values() for intf in node.intfs.values()}
+
+    def mininet(self):
+        """A Mininet object over our nodes, for Mininet's CLI (`clientA ping clientB`)."""
+        from mininet.link import Intf as MininetIntf
+        from mininet.net import Mininet
+        net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False)
+        for name, node in self.nodes.items():
+            for intf in node.intfs.values():
+                if intf.name not in node.mn.nameToIntf:
+                    # Already in place: tell Mininet about it without moving it.
+                    MininetIntf(intf.name, node=node.mn, moveIntfFn=lambda *_: None)
+            net.hosts.append(node.mn)
+            net.nameToNode[node.mn.name] = node.mn
+            net.nameToNode[name] = node.mn      # `clientA ping clientB` without the run prefix
+        return net
+
+
+@contextmanager
+def running(spec: TopologySpec, **start_kwargs) -> Iterator[Testbed]:
+    tb = Testbed(spec)
+    try:
+        yield tb.start(**start_kwargs)
+    finally:
+        tb.stop()
+
+
+def clean(verbose: bool = True) -> list[str]:
+    """Remove what killed runs left: processes in their namespaces (which frees
+    the namespaces and their veths), recorded pids, root-namespace links,
+    containers bearing their prefix, and the payloads and keys in their run
+    directories (captures and logs stay). Live runs are left alone, and so is
+    a namespace a live run holds: inode numbers are reused once freed."""
+    done = []
+    found = records.scan()
+    live = [r for r in found if isinstance(r, RunRecord) and r.owner_alive()]
+    held = {i for r in live for i in r.netns.values()}
+    for rec in found:
+        if isinstance(rec, str):
+            try:
+                os.unlink(rec)
+                done.append(f"{os.path.basename(rec)}: unreadable record removed")
+            except OSError:
+                pass
+            continue
+        if rec in live:
+            continue
+        victims = records.processes_in_netns(set(rec.netns.values()) - held)
+        victims += [int(p) for p, st in rec.pids.items() if st is not None and start_time(int(p)) == st]
+        records.kill_pids(sorted(set(victims)))
+        for link in root_links(rec.prefix):
+            proc.run(["ip", "link", "del", link], check=False)
+        for container in rec.containers:
+            if container.startswith(rec.prefix):
+                proc.run(["docker", "rm", "-f", container], check=False, timeout=60)
+        note = f"{rec.prefix}: {len(set(victims))} process(es) stopped"
+        if remove_run_files(rec.run_dir):
+            note += f", payloads and keys removed from {rec.run_dir}"
+        rec.remove()
+        done.append(note)
+    done += remove_stale_files({r.prefix for r in live})
+    return done
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return time.time()
+
+
+def remove_stale_files(live_prefixes: set[str]) -> list[str]:
+    """Control sockets and half-written records killed runs left in the record
+    directory: a socket nobody answers on, a temporary record of no live run."""
+    removed = []
+    try:
+        names = os.listdir(records.RECORD_DIR)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(records.RECORD_DIR, name)
+        if not records.PREFIX_RE.match(name[:6]) or name[:6] in live_prefixes:
+            continue
+        if name.endswith(".sock"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2)
+                try:
+                    s.connect(path)
+                    continue            # someone answers: not ours to remove
+                except OSError:
+                    pass
+        elif not name.endswith(".tmp") or time.time() - _mtime(path) < 10:
+            continue                    # a record being written this moment is a live run's
+        try:
+            os.unlink(path)
+            removed.append(f"{name}: stale file removed")
+        except OSError:
+            pass
+    return removed
+
+
+def remove_run_files(run_dir: str) -> bool:
+    """RUN/files holds a run's payloads, received copies and per-run keys: a
+    killed run's are removed (its captures and logs are kept)."""
+    files = os.path.join(run_dir, "files") if run_dir else ""
+    if not files or not os.path.isabs(files) or not os.path.isfile(os.path.join(run_dir, "config.json")):
+        return False
+    if not os.path.isdir(files):
+        return False
+    shutil.rmtree(files, ignore_errors=True)
+    return True
+
+
+def root_links(prefix: str) -> list[str]:
+    """Links in the root namespace named with a run's prefix (a run killed
+    between creating a veth and moving it would leave one)."""
+    out = proc.run(["ip", "-o", "link", "show"], check=False).stdout
+    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
+    return [n for n in names if n.startswith(prefix + "-")]

@@ -1,0 +1,1 @@
+"""Utilities every floor may use: errors, units, YAML loading, atomic files, subprocesses."""

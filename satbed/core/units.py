@@ -1,0 +1,84 @@
+"""Parsing of the quantities users type: sizes, rates, delays, error rates."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from satbed.core.errors import SatbedError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b)?(/s)?\s*$", re.I)
+_MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SI = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+MAX_RATE_BPS = 100 * 10**9          # far beyond what either emulator backend shapes
+MAX_DELAY_MS = 3_600_000            # one hour each way: satemu's own bound
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from '100M', '64K', '1G', '1500' (binary multiples, as file sizes go)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise SatbedError(f"bad size {text!r}: use a number with an optional K, M or G suffix")
+        value = int(float(m.group(1)) * _MULT[m.group(2).upper()])
+    if value <= 0:
+        raise SatbedError(f"size must be positive, got {text!r}")
+    return value
+
+
+def parse_rate(text: str | int | float) -> int:
+    """Bits per second from '8mbit', '8M', '100Mbit', '1G', '8000000' (SI multiples, as tc does)."""
+    if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
+        raise SatbedError(f"bad rate {text!r}: use e.g. 8mbit, 100M or 8000000")
+    if isinstance(text, (int, float)):
+        value = int(text)
+    else:
+        m = _RATE.match(str(text))
+        if not m:
+            raise SatbedError(f"bad rate {text!r}: use e.g. 8mbit, 100M or 8000000")
+        value = int(float(m.group(1)) * _SI[m.group(2).upper()])
+    if value <= 0:
+        raise SatbedError(f"rate must be positive, got {text!r}")
+    if value > MAX_RATE_BPS:
+        raise SatbedError(f"rate {text!r} is above {MAX_RATE_BPS // 10**9} Gbit/s")
+    return value
+
+
+def parse_delay_ms(text: str | int | float, what: str = "delay") -> float:
+    try:
+        if isinstance(text, bool):
+            raise TypeError
+        value = float(text)
+    except (TypeError, ValueError):
+        raise SatbedError(f"bad {what} {text!r}: give milliseconds") from None
+    if not 0 <= value <= MAX_DELAY_MS:
+        raise SatbedError(f"{what} must be within 0..{MAX_DELAY_MS} milliseconds, got {text!r}")
+    return value
+
+
+def parse_ber(text: str | int | float) -> float:
+    try:
+        if isinstance(text, bool):
+            raise TypeError
+        value = float(text)
+    except (TypeError, ValueError):
+        raise SatbedError(f"bad BER {text!r}: give a number such as 1e-5") from None
+    if not 0 <= value < 1:
+        raise SatbedError(f"BER must be in [0, 1), got {text!r}")
+    return value
+
+
+def frame_error_rate(ber: float, frame_bytes: int) -> float:
+    """The share of frames of this size that independent bit errors at this
+    BER damage: the one PER formula (emulators, link checks, cost model)."""
+    return 1 - (1 - ber) ** (8 * frame_bytes)
+
+
+def human_bps(bps: float) -> str:
+    for unit, div in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= div:
+            return f"{bps / div:.3g} {unit}"
+    return f"{bps:.0f} bit/s"

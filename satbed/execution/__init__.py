@@ -1,0 +1,1 @@
+"""Runs, cells, batches: admission and supervision."""

@@ -1,0 +1,1 @@
+"""The vocabulary: topologies, scenarios, links, PEP placements, host profiles, parameters."""

@@ -1,0 +1,1 @@
+"""Charts, tables and study pages, redrawn from stored data."""
