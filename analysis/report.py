@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import os
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +260,8 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
 def _testbed_sections(run: Path) -> list[str]:
     """Background traffic and router counters, where the run has them."""
     try:
-        from satbed.backends import counters, traffic
+        from satbed.backends import counters
+        from analysis import traffic
     except ImportError:     # analysis used without satbed beside it
         return []
     return [s for s in (traffic.report_section(str(run)), counters.report_section(str(run))) if s]

@@ -9,7 +9,6 @@ Layout (written by the runner):
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 

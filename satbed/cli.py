@@ -42,7 +42,7 @@ def _seconds(v: str) -> float:
 
 
 def link_from(args: argparse.Namespace):
-    from satbed.backends.emulation import LinkConfig
+    from satbed.model.link import LinkConfig
     extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)

@@ -45,7 +45,7 @@ def rtt_runs(tmp_path_factory):
     from satbed.backends import clients, emulation, records
     from satbed.model import topology
     from satbed.backends.clients.base import ClientContext
-    from satbed.backends.emulation import LinkConfig
+    from satbed.model.link import LinkConfig
     from satbed.core.errors import SatbedError
     from satbed.backends.testbed import running
 

@@ -151,7 +151,7 @@ def test_pep_check_half_close(reply, limits, ok, said):
 
 
 def test_pep_names_and_images():
-    from satbed.backends import peps
+    from satbed.model import peps
     assert peps.is_image("lab/pep:1") and peps.is_image("pep@sha256:ab") and not peps.is_image("pepd")
     assert peps.check("lab/pep:1") == "lab/pep:1"
     assert peps.slug("satbed/pep-pepd:latest") == "satbed_pep-pepd_latest"
@@ -418,9 +418,9 @@ def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftover
     """pepd, started by satbed inside a PEP container, has that container's
     capability sets, seccomp mode, cgroups and pid namespace; it and the
     container's other programs cannot write a sysctl, least of all a host one."""
-    from satbed.backends import peps
+    from satbed.backends import pepnodes
     from satbed.model import topology
-    from satbed.backends.emulation import LinkConfig
+    from satbed.model.link import LinkConfig
     from satbed.backends.testbed import Testbed
     tb = Testbed(topology.load("globalhawk"), backend="docker")
     pep = None
@@ -428,7 +428,7 @@ def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftover
         with docker.options(pep="pepd", run_dir=str(tmp_path), record=tb.record):
             tb.start()
         node = tb.nodes["pepA"]
-        pep = peps.Pep("pepd", node, "a", LinkConfig(), str(tmp_path))
+        pep = pepnodes.Pep("pepd", node, "a", LinkConfig(), str(tmp_path))
         pep.start()
         init = node.sandbox.pid
         with open(os.path.join(pep.state_dir, "pepd.pid"), encoding="ascii") as f:

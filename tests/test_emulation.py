@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from satbed.backends.emulation import Direction, LinkConfig, compile_direction
+from satbed.backends.emulation import compile_direction
+
+from satbed.model.link import Direction, LinkConfig
 from satbed.core.errors import SatbedError
 
 from satbed_testlib import needs_root, satbed

@@ -15,7 +15,7 @@ from satbed.backends import emulation
 from satbed.execution import checklink
 
 from satbed.model import topology
-from satbed.backends.emulation import LinkConfig
+from satbed.model.link import LinkConfig
 from satbed.core.proc import BIN_DIR
 from satbed.backends.testbed import running
 

@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from satbed.backends.peps import ProbeLeg, split_verdict
+from satbed.backends.pepnodes import ProbeLeg, split_verdict
 from satbed_testlib import REPO, needs_root, satbed
 
 ADAPTERS = os.path.join(REPO, "pep", "adapters")

@@ -9,25 +9,26 @@ import os
 
 import pytest
 
-from satbed.backends import tcp_profiles
-from satbed.backends.emulation import LinkConfig
+from satbed.model import profiles
+from satbed.model.link import LinkConfig
 from satbed.core.errors import SatbedError
 from satbed.core.proc import BIN_DIR
-from satbed.execution.runner import RunConfig, run
+from satbed.execution.runner import run
+from satbed.model.config import RunConfig
 
-from satbed_testlib import needs_root, satbed
+from satbed_testlib import needs_root
 
 SHIPPED = ("modern", "linux-2.6.18-bic", "ncftp-3.2.2", "large-windows-195k", "reno-sack-1500")
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_parse(name):
-    assert name in tcp_profiles.names()
-    tcp_profiles.load(name)
+    assert name in profiles.names()
+    profiles.load(name)
 
 
 def test_ncftp_builds_on_the_2618_host():
-    p = tcp_profiles.load("ncftp-3.2.2")
+    p = profiles.load("ncftp-3.2.2")
     assert p.congestion_control == ["bic", "cubic"]
     assert p.sysctls["net.ipv4.tcp_window_scaling"] == "0"
     assert p.route["initcwnd"] == "3"
@@ -43,7 +44,7 @@ def test_ncftp_builds_on_the_2618_host():
 ])
 def test_bad_profiles_are_one_line(doc, message):
     with pytest.raises(SatbedError, match=message):
-        tcp_profiles.parse(doc, "t")
+        profiles.parse(doc, "t")
 
 
 WINDOW_CAP_BPS = 65535 * 8 / 0.600
@@ -79,7 +80,7 @@ def test_ncftp_profile_is_window_limited_and_modern_is_not(tmp_path):
 @needs_root
 def test_a_setting_the_kernel_cannot_honour_fails_with_one_line(tmp_path, monkeypatch):
     (tmp_path / "vegas.yaml").write_text("congestion_control: vegas-not-here\n")
-    monkeypatch.setattr(tcp_profiles, "PROFILE_DIR", str(tmp_path))
+    monkeypatch.setattr(profiles, "PROFILE_DIR", str(tmp_path))
     cfg = RunConfig(client="ping", captures="none", analyze=False, profiles={"clientA": "vegas"})
     with pytest.raises(SatbedError) as err:
         run(cfg, str(tmp_path / "runs"))

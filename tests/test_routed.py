@@ -17,7 +17,7 @@ import yaml
 from satbed.backends import counters, emulation
 
 from satbed.model import topology
-from satbed.backends.emulation import LinkConfig
+from satbed.model.link import LinkConfig
 from satbed.core.proc import BIN_DIR
 from satbed.backends.testbed import running
 
@@ -126,7 +126,8 @@ def test_router_queue_of_20_packets_drops_under_overload_and_counts_it():
 
 
 def test_one_sided_pepd_on_a_routed_path_splits(tmp_path):
-    from satbed.execution.runner import PepPlacement, RunConfig, run
+    from satbed.execution.runner import run
+    from satbed.model.config import PepPlacement, RunConfig
     cfg = RunConfig(client="ftp", topology="spoofing", size_bytes=1 << 20, captures="none", analyze=False,
                     link=LinkConfig.symmetric(rate="2mbit", rtt_ms=100, backend="userspace"),
                     links={"inet": LinkConfig.symmetric(rate="10mbit", rtt_ms=10, backend="userspace")},
@@ -193,7 +194,7 @@ def test_spoofer_handshake_modes(tmp_path, mode):
     (Internet 400 ms + satellite 100 ms here), not the satellite's alone,
     data still goes through the split, and a refused port is refused to
     the client after that same RTT with nothing split."""
-    from satbed.backends.peps import Pep
+    from satbed.backends.pepnodes import Pep
     inet = LinkConfig.symmetric(rate="100mbit", rtt_ms=400, backend="userspace")
     sat = LinkConfig.symmetric(rate="100mbit", rtt_ms=100, backend="userspace")
     with running(spec_with(), bridge_kinds=("pep",)) as tb:

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 from satbed_testlib import REPO, needs_root, root_links, satbed

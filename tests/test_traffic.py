@@ -19,7 +19,7 @@ BIN = os.path.join(REPO, "bin", "trafficgen")
 # Validation: one clear line -----------------------------------------------
 
 def spec(**group):
-    from satbed.backends.traffic import TrafficSpec
+    from satbed.model.workload import TrafficSpec
     return TrafficSpec.from_dict({"duration": 10, **group}, source="t.yaml")
 
 
@@ -30,7 +30,7 @@ def test_spec_accepts_each_workload_shape():
     assert s.groups[0].sizes == "exp:1048576"
     s = spec(server="b", client="a", arrival="constant", concurrent=20, sizes="table:surge-web")
     assert s.groups[0].sizes.startswith("table:/") and s.groups[0].sizes.endswith("surge-web.cdf")
-    from satbed.backends.traffic import TrafficSpec
+    from satbed.model.workload import TrafficSpec
     two = TrafficSpec.from_dict({"seed": 7, "groups": [
         {"server": "h4", "client": "h3", "long": 1},
         {"server": "h4", "client": "h1", "arrival": "poisson", "rate": 1, "sizes": "pareto:1.2:10K:50M"}]})
@@ -57,7 +57,7 @@ def test_spec_accepts_each_workload_shape():
 ])
 def test_spec_rejects_with_one_line(doc, message):
     from satbed.core.errors import SatbedError
-    from satbed.backends.traffic import TrafficSpec
+    from satbed.model.workload import TrafficSpec
     with pytest.raises(SatbedError) as e:
         TrafficSpec.from_dict(doc, source="t.yaml")
     assert message in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("t.yaml")
@@ -82,7 +82,7 @@ def _write(path, rows):
 
 
 def test_load_flows_joins_sender_retransmissions_and_counts_open_flows(tmp_path):
-    from satbed.backends import traffic
+    from analysis import traffic
     base = {"record": "flow", "client": 0, "kind": "finite", "size": 1000, "status": "completed"}
     _write(tmp_path / "traffic" / "client-0-a.jsonl", [
         {**base, "side": "client", "flow": 1, "direction": "download", "remote": "10.0.0.2:5301", "start": 100.0,
@@ -160,7 +160,8 @@ def testbed():
 
 
 def run_traffic(tb, run_dir, doc):
-    from satbed.backends.traffic import Traffic, TrafficSpec
+    from satbed.backends.traffic import Traffic
+    from satbed.model.workload import TrafficSpec
     with Traffic(TrafficSpec.from_dict(doc), tb.hosts, str(run_dir)) as t:
         t.wait()
     assert "errors" not in t.result, t.result
@@ -169,7 +170,7 @@ def run_traffic(tb, run_dir, doc):
 
 @needs_root
 def test_constant_count_keeps_20_flows_for_30_s(testbed, tmp_path):
-    from satbed.backends import traffic
+    from analysis import traffic
     result = run_traffic(testbed, tmp_path, {"duration": 30, "seed": 5, "server": "clientB", "client": "clientA",
                                              "arrival": "constant", "concurrent": 20, "sizes": "exp:100K",
                                              "upload_fraction": 0.3})
@@ -193,7 +194,7 @@ def test_constant_count_keeps_20_flows_for_30_s(testbed, tmp_path):
 
 @needs_root
 def test_poisson_arrivals_at_the_configured_rate(testbed, tmp_path):
-    from satbed.backends import traffic
+    from analysis import traffic
     rate, duration = 8.0, 20
     result = run_traffic(testbed, tmp_path, {"duration": duration, "seed": 11, "server": "clientB",
                                              "client": "clientA", "arrival": "poisson", "rate": rate,
@@ -250,8 +251,9 @@ def test_run_report_draws_traffic_and_counters_from_stored_files(tmp_path):
 @needs_root
 def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbed, tmp_path):
     import time
-    from satbed.backends import traffic
-    from satbed.backends.traffic import Traffic, TrafficSpec
+    from analysis import traffic
+    from satbed.backends.traffic import Traffic
+    from satbed.model.workload import TrafficSpec
     spec = TrafficSpec.from_dict({"server": "clientB", "client": "clientA", "long": 3, "upload_fraction": 0.5})
     with Traffic(spec, testbed.hosts, str(tmp_path)) as t:
         with pytest.raises(Exception):
@@ -269,7 +271,7 @@ def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbe
 def test_readme_traffic_example_is_valid():
     import re
     import yaml
-    from satbed.backends.traffic import TrafficSpec
+    from satbed.model.workload import TrafficSpec
     text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
     block = re.search(r"\n(    traffic:\n(?:    .*\n|\s*\n)+?)\n(?! )", text).group(1)
     doc = yaml.safe_load("\n".join(line[4:] for line in block.splitlines()))
@@ -285,7 +287,8 @@ def test_traffic_and_counters_on_the_docker_backend(tmp_path):
     from satbed.backends import counters, docker
     from satbed.model import topology
     from satbed.backends.testbed import Testbed
-    from satbed.backends.traffic import Traffic, TrafficSpec
+    from satbed.backends.traffic import Traffic
+    from satbed.model.workload import TrafficSpec
     if docker.available() is not None:
         pytest.skip(docker.available())
     if not os.access(BIN, os.X_OK):
@@ -322,7 +325,8 @@ def test_router_ports_of_a_routed_topology_count_drops_of_competing_traffic(tmp_
     from satbed.backends import counters
     from satbed.model import topology
     from satbed.backends.testbed import running
-    from satbed.backends.traffic import Traffic, TrafficSpec
+    from satbed.backends.traffic import Traffic
+    from satbed.model.workload import TrafficSpec
     if not os.access(BIN, os.X_OK):
         pytest.skip("bin/trafficgen not built (make build)")
     doc = copy.deepcopy(yaml.safe_load(open(topology.find("spoofing"))))
@@ -349,7 +353,8 @@ def test_router_ports_of_a_routed_topology_count_drops_of_competing_traffic(tmp_
 @needs_root
 def test_traffic_refuses_a_directory_with_records(testbed, tmp_path):
     from satbed.core.errors import SatbedError
-    from satbed.backends.traffic import Traffic, TrafficSpec
+    from satbed.backends.traffic import Traffic
+    from satbed.model.workload import TrafficSpec
     _write(tmp_path / "traffic" / "client-0-clientA.jsonl", [{"record": "summary"}])
     spec = TrafficSpec.from_dict({"server": "clientB", "client": "clientA", "long": 1})
     with pytest.raises(SatbedError, match="already holds traffic records"):

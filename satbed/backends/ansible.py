@@ -37,7 +37,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from satbed.backends import records, tcp_profiles
+from satbed.backends import records
+from satbed.model import profiles
 
 from satbed.model import topology
 from satbed.core.errors import SatbedError, one_line_errors
@@ -402,7 +403,7 @@ def clean(inventory: str, live: set[str]) -> list[str]:
 def plan(spec: topology.TopologySpec) -> dict:
     nodes: dict[str, dict] = {}
     for h in spec.hosts.values():
-        prof = tcp_profiles.load(h.profile) if h.profile else None
+        prof = profiles.load(h.profile) if h.profile else None
         cc = list(prof.congestion_control) if prof and prof.congestion_control else \
             [c for c in (h.tcp_cc, "cubic") if c]
         nodes[h.name] = {"kind": "host", "ports": ["eth0"], "ip": str(h.ip),

@@ -4,7 +4,7 @@ MODE ...`; each prints one JSON line.
 - send/recv/echo/rtt: UDP. Numbered datagrams of one frame size at a paced
   rate, counting which arrive; an echo for RTT samples.
 - accept/connect: one TCP connection across the path, the proof that the PEPs
-  split (satbed.backends.peps.prove_split): the connecting side times its handshake,
+  split (satbed.backends.pepnodes.prove_split): the connecting side times its handshake,
   which a splitting PEP next to it answers in well under the link's RTT."""
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ from typing import Iterator
 
 from mininet.log import setLogLevel
 
-from satbed.backends import records, tcp_profiles
+from satbed.backends import profiles as host_profiles, records
+from satbed.model.profiles import load as load_profile
 
 from satbed.core import proc
 from satbed.core.errors import SatbedError
@@ -98,7 +99,7 @@ class Testbed:
         wanted = {h: (profiles or {}).get(h, spec.hosts[h].profile) for h in spec.hosts}
         for host, name in wanted.items():
             if name:
-                self.tcp_profiles[host] = tcp_profiles.load(name).apply(self.host(host))
+                self.tcp_profiles[host] = host_profiles.apply(load_profile(name), self.host(host))
         if spec.routers:
             # A PEP's own upstream connections need next hops beyond its bridge.
             for t in spec.of_kind("pep"):

@@ -23,7 +23,7 @@ class PathDown(SatbedError):
 
 def problems(peps: Sequence, emulators: Sequence) -> str:
     """'' when every started PEP and emulator is up, else one line saying which are not."""
-    from satbed.backends.peps import unhealthy
+    from satbed.backends.pepnodes import unhealthy
     found = [e.down() for e in emulators]
     found.append(unhealthy(list(peps)))
     return "; ".join(f for f in found if f)

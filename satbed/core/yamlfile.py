@@ -5,6 +5,8 @@ all memory)."""
 
 from __future__ import annotations
 
+import copy
+
 import yaml
 
 from satbed.core.errors import SatbedError
@@ -53,3 +55,30 @@ def load(path: str, what: str = "file"):
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise SatbedError(f"{path}:{where} not valid YAML ({what}): {getattr(e, 'problem', None) or e}") from None
+
+
+def set_path(doc: dict, path: str, value, where: str = "") -> dict:
+    """A copy of doc with the value at a dotted path (list items by index;
+    missing mappings are made)."""
+    out = copy.deepcopy(doc)
+    node = out
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
+                raise SatbedError(f"{where or path}: no item {part} in {'.'.join(parts[:i]) or 'the file'}")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise SatbedError(f"{where or path}: {'.'.join(parts[:i])} is not a mapping or a list")
+    return out

@@ -25,7 +25,7 @@ import time
 from satbed.backends import emulation
 
 from satbed.model import topology
-from satbed.backends.emulation import LinkConfig
+from satbed.model.link import LinkConfig
 from satbed.core.errors import SatbedError
 from satbed.backends.net import Host
 from satbed.backends.probe import HEADERS

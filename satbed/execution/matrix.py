@@ -75,7 +75,7 @@ import time
 from dataclasses import dataclass, field
 
 
-from satbed.backends import records
+from satbed.backends import clients, records
 
 
 from satbed.core import paths, yamlfile
@@ -115,13 +115,12 @@ def _choice(*allowed: str):
 
 
 def _client(v) -> str:
-    from satbed.backends import clients
     clients.get(str(v))
     return str(v)
 
 
 def _pep(v) -> str:
-    from satbed.backends import peps
+    from satbed.model import peps
     peps.check(str(v))
     return str(v)
 
@@ -166,7 +165,7 @@ def _seed(v) -> int:
 
 
 def _link(v) -> dict:
-    from satbed.backends.emulation import Direction
+    from satbed.model.link import Direction
     if not isinstance(v, dict):
         raise SatbedError(f"link must be a mapping of emulator fields, got {v!r}")
     known = {f.name for f in dataclasses.fields(Direction)}
@@ -373,7 +372,8 @@ def _variants(doc, axes: set[str]) -> list[Variant]:
 
 def _check_peps(names: set[str], backend: str) -> None:
     """PEP images exist and declare the contract before any cell starts."""
-    from satbed.backends import docker, peps
+    from satbed.backends import docker
+    from satbed.model import peps
     for name in sorted(names):
         peps.check_backend(name, backend)
         if peps.is_image(name):
@@ -400,8 +400,8 @@ def _normalise(where: str, key: str, value):
 
 def run_config(params: dict, repetition: int):
     """The RunConfig of a cell; raises SatbedError for a bad combination."""
-    from satbed.backends.emulation import LinkConfig
-    from satbed.execution.runner import RunConfig
+    from satbed.model.link import LinkConfig
+    from satbed.model.config import RunConfig
     seed = params["seed"] + repetition
     extra = {"queue_packets": params["queue"]} if params["queue"] else {}
     link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=params["ber"],
@@ -416,7 +416,7 @@ def run_config(params: dict, repetition: int):
         doc = scenario.read(params["scenario"])
         scen_paths, topo_paths = scenario.split_overrides(paths)
         for k, v in scen_paths.items():
-            doc = scenario.set_path(doc, k, v)
+            doc = yamlfile.set_path(doc, k, v)
         extra = scenario.extras(doc, params["scenario"], seed)
         if topo_paths:
             extra["topology_overrides"] = topo_paths
@@ -426,12 +426,12 @@ def run_config(params: dict, repetition: int):
                     size_bytes=params["size"], direction=params["direction"], topology=params["topology"],
                     captures=params["captures"], seed=seed, analyze=params["analyze"],
                     graphs=params["graphs"], time_limit_s=params["time_limit"], **extra)
-    cfg.validate()
+    cfg.validate(clients.REGISTRY)
     return cfg
 
 
 def config_from_dict(doc: dict):
-    from satbed.execution.runner import RunConfig
+    from satbed.model.config import RunConfig
     return RunConfig.from_dict(doc)
 
 
@@ -481,7 +481,6 @@ def expected_goodput(cfg) -> float:
     rate = cfg.link.rate_bps or 1e9
     per = cfg.link.a_to_b.per()
     goodput = 0.95 * rate * (1 - per)
-    from satbed.backends import clients
     cls = clients.REGISTRY.get(cfg.client)
     if cls is not None and cls.tcp and cfg.pep == "none" and per > 0 and cfg.link.rtt_ms > 0:
         goodput = min(goodput, MATHIS_C * MSS_BITS / (cfg.link.rtt_ms / 1000 * math.sqrt(per)))

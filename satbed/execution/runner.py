@@ -21,10 +21,13 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
-from satbed.backends import clients, counters, cwnd, emulation, peps, traffic, watch
+from satbed.backends import clients, counters, cwnd, emulation, pepnodes, traffic, watch
+
+from satbed.model import peps
+from satbed.model import workload
 
 from satbed.core import paths
 
@@ -35,96 +38,12 @@ from satbed.backends import ansible as ansible_backend
 from satbed.backends import docker as docker_backend
 from satbed.backends.captures import Captures
 from satbed.backends.clients.base import ClientContext
-from satbed.backends.emulation import LinkConfig
+from satbed.model.link import LinkConfig
 from satbed.core.errors import SatbedError
 from satbed.backends.clients.transfer import keep_files_wanted
 from satbed.core.files import write_json
 from satbed.backends.testbed import Testbed, remove_run_files
-
-DIRECTIONS = ("download", "upload")
-CAPTURES = ("headers", "full", "none")
-# result.json and config.json carry it; 2: routers, several links, per-node PEPs, plan/, traffic, counters.
-RESULT_FORMAT = 2
-
-
-@dataclass
-class PepPlacement:
-    """Which PEP runs on one PEP node, with its options (`none`: a bridge)."""
-    name: str = "none"
-    options: str = ""
-
-
-@dataclass
-class RunConfig:
-    client: str = "ping"
-    pep: str = "none"
-    pep_options: str = ""
-    link: LinkConfig = field(default_factory=LinkConfig)
-    size_bytes: int = 10 << 20
-    direction: str = "download"
-    topology: str = "globalhawk"
-    captures: str = "headers"
-    seed: int = 1
-    analyze: bool = True
-    graphs: bool = True                 # draw the graphs and report.html now, or on `satbed report`
-    time_limit_s: float | None = None   # stop a longer transfer and measure what it delivered
-    # Beyond the chain (all empty for it, so its configurations and cell hashes stay as they were):
-    links: dict[str, LinkConfig] = field(default_factory=dict)      # emulator node -> its link; others get `link`
-    peps: dict[str, PepPlacement] = field(default_factory=dict)     # PEP node -> its PEP; others get `pep`
-    profiles: dict[str, str] = field(default_factory=dict)          # host -> TCP profile, over the topology's
-    endpoints: list[str] = field(default_factory=list)              # main flow [a, b]; default roles ground, aircraft
-    traffic: dict = field(default_factory=dict)                     # background traffic (satbed.backends.traffic.TrafficSpec)
-    main_delay_s: float = 0.0                                       # the main flow starts this long after the traffic
-    cwnd_interval_s: float = 0.0                                    # sample the sender's cwnd (ss -ti) this often
-    scenario: str = ""                                              # the scenario file it came from
-    topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
-
-    NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
-                  "topology_overrides", "cwnd_interval_s")
-
-    def validate(self) -> None:
-        if self.topology_overrides:
-            topology.load(self.topology, self.topology_overrides)
-        else:
-            topology.find(self.topology)
-        clients.get(self.client)
-        peps.check(self.pep)
-        for node, placement in self.peps.items():
-            peps.check(placement.name)
-        for link in self.links.values():
-            link.validate()
-        if self.traffic:
-            traffic.TrafficSpec.from_dict(self.traffic)
-        if self.direction not in DIRECTIONS:
-            raise SatbedError(f"unknown direction {self.direction!r} (known: {', '.join(DIRECTIONS)})")
-        if self.captures not in CAPTURES:
-            raise SatbedError(f"unknown captures {self.captures!r} (known: {', '.join(CAPTURES)})")
-        if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):
-            raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
-        self.link.validate()
-
-    def to_dict(self) -> dict:
-        doc = dataclasses.asdict(self)
-        for k in self.NEW_FIELDS:
-            if not doc[k]:
-                del doc[k]
-        return doc
-
-    @classmethod
-    def from_dict(cls, doc: dict) -> "RunConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in doc.items() if k in known and k not in ("link", "links", "peps")}
-        return cls(link=LinkConfig.from_dict(doc["link"]),
-                   links={n: LinkConfig.from_dict(v) for n, v in (doc.get("links") or {}).items()},
-                   peps={n: PepPlacement(**v) for n, v in (doc.get("peps") or {}).items()}, **kw)
-
-    def slug(self) -> str:
-        if self.scenario:
-            name = os.path.splitext(os.path.basename(self.scenario))[0]
-            used = sorted(({peps.slug(p.name) for p in self.peps.values()} | {peps.slug(self.pep)}) - {"none"})
-            return f"{name}-{self.client}-{'+'.join(used) or 'none'}-{self.direction}"
-        return (f"{self.client}-{peps.slug(self.pep)}-rtt{self.link.rtt_ms:g}-ber{self.link.a_to_b.ber:g}"
-                f"-{self.direction}")
+from satbed.model.config import PepPlacement, RESULT_FORMAT, RunConfig
 
 
 @dataclass
@@ -217,7 +136,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
         backend: str = "mininet") -> tuple[str, dict]:
     """Run one experiment; returns (run directory, result). Raises SatbedError
     after writing the result when the run fails."""
-    cfg.validate()
+    cfg.validate(clients.REGISTRY)
     for name in {cfg.pep, *(p.name for p in cfg.peps.values())}:
         peps.check_backend(name, backend)
     # Every tool gets absolute paths: sshd changes to /, vsftpd reads its
@@ -296,7 +215,7 @@ class Session:
         self.dir = ""
         self.env: dict = {}
         self.emus: dict[str, emulation.Emulator] = {}
-        self.pep_list: list[peps.Pep] = []
+        self.pep_list: list[pepnodes.Pep] = []
         self.background: traffic.Traffic | None = None
         self.proof: dict = {}
 
@@ -335,18 +254,18 @@ class Session:
             emu.start()
         for name, placement in the_plan.peps.items():
             link = the_plan.links.get(the_plan.pep_links.get(name, ""), cfg.link)
-            pep = peps.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, self.dir, placement.options)
+            pep = pepnodes.Pep(placement.name, tb.nodes[name], the_plan.sides[name], link, self.dir, placement.options)
             self.pep_list.append(pep)
-            env.setdefault("peps", {})[name] = peps.describe(placement.name)
+            env.setdefault("peps", {})[name] = pepnodes.describe(placement.name)
             pep.start()
         # start returned for each PEP; now prove they split (pep/CONTRACT.md).
-        self.proof = peps.prove_split(self.pep_list, tb.host(the_plan.a), tb.host(the_plan.b),
+        self.proof = pepnodes.prove_split(self.pep_list, tb.host(the_plan.a), tb.host(the_plan.b),
                                       the_plan.path_rtt_ms())
 
     def start_traffic(self) -> None:
         """The background traffic, and the main flow's head start over it."""
         if self.cfg.traffic:
-            self.background = traffic.Traffic(traffic.TrafficSpec.from_dict(self.cfg.traffic), self.tb.hosts,
+            self.background = traffic.Traffic(workload.TrafficSpec.from_dict(self.cfg.traffic), self.tb.hosts,
                                               self.dir)
             self.background.start()
         if self.cfg.main_delay_s:
@@ -461,7 +380,7 @@ def run_batch(cfgs: list[RunConfig], run_dirs: list[str], session_dir: str,
     reason. Ctrl-C/SIGTERM tears down and re-raises; the cells not yielded
     were not run."""
     first = cfgs[0]
-    first.validate()
+    first.validate(clients.REGISTRY)
     for name in {first.pep, *(p.name for p in first.peps.values())}:
         peps.check_backend(name, backend)
     paths.require_space(session_dir, 2 * max(c.size_bytes for c in cfgs), "the batch's largest transfer")
@@ -525,7 +444,7 @@ def _batch_transfer(session: Session, cfg: RunConfig, run_dir: str, index: int,
     t: Transfer | None = None
     before = {}
     try:
-        cfg.validate()
+        cfg.validate(clients.REGISTRY)
         doc = config_document(cfg, session.spec, session.plan)
         # What this cell shared: the testbed was built (and its emulator and
         # background traffic seeded) from the batch's first configuration.
@@ -647,9 +566,9 @@ def _batch_slices(session: Session, run_dir: str, before: dict, t0: float, t1: f
     if bg is not None:
         for path in sorted(os.listdir(bg.dir)) if os.path.isdir(bg.dir) else []:
             if path.endswith(".jsonl"):
-                _slice_jsonl(os.path.join(bg.dir, path), os.path.join(run_dir, traffic.TRAFFIC_DIR, path),
+                _slice_jsonl(os.path.join(bg.dir, path), os.path.join(run_dir, workload.TRAFFIC_DIR, path),
                              t0, t1, ("start", "end"), overlap=True)
-        result["traffic"] = {"dir": traffic.TRAFFIC_DIR, "spec": bg.spec.to_dict(), "started": bg.started_at,
+        result["traffic"] = {"dir": workload.TRAFFIC_DIR, "spec": bg.spec.to_dict(), "started": bg.started_at,
                              "window": [t0, t1], "batch": True,
                              # Flows still running at the transfer's end are recorded only as they end.
                              "summary": traffic.summary(run_dir)}

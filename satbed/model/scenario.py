@@ -33,6 +33,9 @@ import os
 from satbed.core import yamlfile
 from satbed.core.errors import SatbedError
 from satbed.core.proc import REPO_ROOT
+from satbed.model import peps, profiles, workload
+from satbed.model.config import PepPlacement
+from satbed.model.link import LinkConfig
 from satbed.core.units import parse_ber, parse_delay_ms, parse_rate, parse_size
 
 SCENARIO_DIR = os.path.join(REPO_ROOT, "scenarios")
@@ -112,10 +115,10 @@ def parse(doc: dict, path: str) -> Scenario:
     for k in ("pep", "pep_options", "captures", "seed", "analyze", "graphs"):
         if k in doc:
             params[k] = doc[k]
-    workload = doc.get("workload") or {}
-    if not isinstance(workload, dict) or set(workload) - {"main", "traffic"}:
+    workload_doc = doc.get("workload") or {}
+    if not isinstance(workload_doc, dict) or set(workload_doc) - {"main", "traffic"}:
         raise SatbedError("workload: a mapping with main: and traffic:")
-    main = workload.get("main") or {}
+    main = workload_doc.get("main") or {}
     if not isinstance(main, dict):
         raise SatbedError("workload.main: a mapping of " + ", ".join(MAIN_KEYS))
     for k, v in main.items():
@@ -145,34 +148,6 @@ def check_path(path: str) -> str:
     return path
 
 
-def set_path(doc: dict, path: str, value, where: str = "") -> dict:
-    """A copy of doc with the value at a dotted path (list items by index;
-    missing mappings are made)."""
-    import copy
-    out = copy.deepcopy(doc)
-    node = out
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise SatbedError(f"{where or path}: no item {part} in {'.'.join(parts[:i]) or 'the file'}")
-            if last:
-                node[int(part)] = value
-            else:
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-        else:
-            raise SatbedError(f"{where or path}: {'.'.join(parts[:i])} is not a mapping or a list")
-    return out
-
-
 def split_overrides(overrides: dict) -> tuple[dict, dict]:
     """(scenario paths, topology paths without their `topology.` prefix)."""
     scen = {k: v for k, v in overrides.items() if not k.startswith("topology.")}
@@ -191,7 +166,6 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
     a_to_b:/b_to_a: overrides. delay: is one way; rtt: is split evenly. A
     relative profile: is a file beside the scenario (base_dir), whatever
     directory satbed runs from."""
-    from satbed.backends.emulation import LinkConfig
     if not isinstance(doc, dict):
         raise SatbedError(f"{where}: a mapping of link settings")
     allowed = set(DIRECTION_KEYS) | {"rtt", "emulator", "a_to_b", "b_to_a"}
@@ -251,8 +225,6 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
 def extras(doc: dict, path: str, seed: int) -> dict:
     """The RunConfig fields beyond the matrix parameters: per-emulator links,
     PEP placement, host profiles, the main flow's hosts, background traffic."""
-    from satbed.backends import tcp_profiles, traffic
-    from satbed.execution.runner import PepPlacement
     out: dict = {"scenario": path}
     links = doc.get("links") or {}
     if not isinstance(links, dict):
@@ -269,18 +241,17 @@ def extras(doc: dict, path: str, seed: int) -> dict:
             p = {"name": p}
         if not isinstance(p, dict) or set(p) - {"name", "options"} or "name" not in p:
             raise SatbedError(f"peps.{node}: {{name: PEP, options: 'k=v ...'}} or a PEP name")
-        from satbed.backends import peps
         peps.check(str(p["name"]))
         placements[str(node)] = PepPlacement(str(p["name"]), str(p.get("options", "")))
     out["peps"] = placements
-    profiles = doc.get("profiles") or {}
-    if not isinstance(profiles, dict):
+    host_profiles = doc.get("profiles") or {}
+    if not isinstance(host_profiles, dict):
         raise SatbedError("profiles: a mapping of host -> TCP profile name")
-    for host, name in profiles.items():
-        tcp_profiles.load(str(name))
-    out["profiles"] = {str(h): str(n) for h, n in profiles.items()}
-    workload = doc.get("workload") or {}
-    main = workload.get("main") or {}
+    for host, name in host_profiles.items():
+        profiles.load(str(name))
+    out["profiles"] = {str(h): str(n) for h, n in host_profiles.items()}
+    workload_doc = doc.get("workload") or {}
+    main = workload_doc.get("main") or {}
     between = main.get("between")
     if between is not None:
         if not isinstance(between, list) or len(between) != 2 or not all(isinstance(h, str) for h in between):
@@ -296,6 +267,6 @@ def extras(doc: dict, path: str, seed: int) -> dict:
                           f"(0.01..10, 0 = off), got {cwnd!r}")
     if cwnd:
         out["cwnd_interval_s"] = float(cwnd)
-    if workload.get("traffic"):
-        out["traffic"] = traffic.TrafficSpec.from_dict(workload["traffic"], "workload.traffic").to_dict()
+    if workload_doc.get("traffic"):
+        out["traffic"] = workload.TrafficSpec.from_dict(workload_doc["traffic"], "workload.traffic").to_dict()
     return out

@@ -236,11 +236,10 @@ def load(name_or_path: str, overrides: dict | None = None) -> TopologySpec:
     if isinstance(doc, dict) and isinstance(doc.get("topology"), dict):
         doc = doc["topology"]       # a scenario file with its topology inline
     if overrides:
-        from satbed.model.scenario import set_path
         if not isinstance(doc, dict):
             raise SatbedError(f"topology {path}: top level must be a mapping")
         for key, value in overrides.items():
-            doc = set_path(doc, key, value, f"topology.{key}")
+            doc = yamlfile.set_path(doc, key, value, f"topology.{key}")
     return parse(doc, source=path)
 
 

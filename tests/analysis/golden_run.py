@@ -14,15 +14,17 @@ from pathlib import Path
 
 from satbed.execution import runner
 
+from satbed.model import config
+
 from satbed.model import topology
-from satbed.backends.emulation import LinkConfig
+from satbed.model.link import LinkConfig
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 GOLDEN = DATA / "golden.pcap"
 
 
 def golden_config() -> dict:
-    cfg = runner.RunConfig(client="nuttcp-tcp", direction="upload", size_bytes=2_000_000,
+    cfg = config.RunConfig(client="nuttcp-tcp", direction="upload", size_bytes=2_000_000,
                            link=LinkConfig.symmetric(rate="16mbit", ceil="16mbit", rtt_ms=0),
                            topology_overrides={"hosts.clientA.ip": "10.99.99.1/24",
                                                "hosts.clientB.ip": "10.99.99.2/24"})

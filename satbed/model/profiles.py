@@ -1,6 +1,6 @@
-"""Host TCP profiles as data: profiles/tcp/NAME.yaml, applied per host inside
+"""Host TCP profiles as data: profiles/tcp/NAME.yaml (backends/profiles.py applies them per host inside
 its namespace (sysctls of that namespace, and attributes on every route of
-the host). A setting the kernel cannot honour fails with one line naming it;
+the host)). A setting the kernel cannot honour fails with one line naming it;
 what was applied is returned for environment.json.
 
 Keys (all optional; an absent key leaves the kernel's value):
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from satbed.core import yamlfile
 from satbed.core.errors import SatbedError
-from satbed.backends.net import Host, allow_in_namespaces, _read_proc
 from satbed.core.proc import REPO_ROOT
 
 PROFILE_DIR = os.path.join(REPO_ROOT, "profiles", "tcp")
@@ -43,62 +42,6 @@ class Profile:
     sysctls: dict[str, str] = field(default_factory=dict)     # key -> value, in the order to apply
     route: dict[str, str] = field(default_factory=dict)       # iproute2 attribute -> value
     source: str = ""
-
-    def apply(self, host: Host) -> dict:
-        """Set the profile inside the host's namespace; returns what is in force."""
-        def bad(setting: str, why: str) -> SatbedError:
-            return SatbedError(f"TCP profile {self.name} on {host.name}: {setting}: {why}")
-
-        applied: dict = {"profile": self.name, "source": self.source}
-        if self.congestion_control:
-            offered = _read_proc("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
-            usable = [cc for cc in self.congestion_control if cc in offered]
-            if not usable:
-                raise bad("congestion_control", f"none of {', '.join(self.congestion_control)} is offered "
-                          f"by this kernel (available: {' '.join(offered)})")
-            allow_in_namespaces(usable[0])
-            host.sysctl("net.ipv4.tcp_congestion_control", usable[0])
-        for key, value in self.sysctls.items():
-            if not os.path.exists("/proc/sys/" + key.replace(".", "/")):
-                raise bad(key, "this kernel has no such setting")
-            # Through the sandbox: a container node's /proc/sys is read-only to it.
-            cp = host.sandbox.admin(host, ["sysctl", "-q", "-w", f"{key}={value}"])
-            if cp.returncode != 0:
-                raise bad(key, f"refused {value!r}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else ''}")
-        for key in ["net.ipv4.tcp_congestion_control", *self.sysctls]:
-            applied[key] = " ".join(host.run(["sysctl", "-n", key]).stdout.split())
-        if self.route:
-            attrs = [w for k, v in self.route.items() for w in (k, v)]
-            routes = []
-            for line in host.routes():
-                words = _strip_attrs(line.split())
-                cp = host.run(["ip", "route", "change", *words, *attrs], check=False)
-                if cp.returncode != 0:
-                    raise bad("route " + " ".join(attrs), f"refused: {cp.stderr.strip()}")
-            routes = host.routes()
-            for line in routes:
-                for k, v in self.route.items():
-                    if k not in line.split():
-                        raise bad(f"route {k} {v}", f"the kernel did not keep it ({line})")
-            applied["routes"] = routes
-        return applied
-
-
-def _strip_attrs(words: list[str]) -> list[str]:
-    """A route as `ip route` prints it, minus the attributes we set and the
-    words `ip route change` does not take back (proto/scope stay)."""
-    out, skip = [], 0
-    for i, w in enumerate(words):
-        if skip:
-            skip -= 1
-            continue
-        if w in ROUTE_KEYS:
-            skip = 1
-            if w == "rto_min" and i + 1 < len(words) and words[i + 1] == "lock":
-                skip = 2
-            continue
-        out.append(w)
-    return out
 
 
 def names() -> list[str]:
