@@ -11,6 +11,7 @@ import sys
 
 from satbed import __version__
 from satbed.core.errors import SatbedError, error_line
+from satbed.core.settings import Settings
 
 
 def _terminate(signum, frame):
@@ -111,10 +112,9 @@ def cmd_cli(args: argparse.Namespace) -> int:
         from satbed.backends import docker
         from satbed.backends.nodeshell import NodeShell
         from satbed.backends.testbed import Testbed
-        tb = Testbed(spec, backend="docker")
+        tb = Testbed(spec)
         try:
-            with docker.options(record=tb.record):
-                tb.start()
+            tb.start(backend=docker.DockerBackend())
             NodeShell(tb).cmdloop()
         finally:
             tb.stop()
@@ -216,10 +216,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     done = []
     if args.backend == "ansible":
         # First, while the killed runs' directories (a PEP's state) are intact.
-        import os
         from satbed.backends import ansible, records
         live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
-        done += ansible.clean(os.environ.get(ansible.INVENTORY_ENV, ""), live)
+        done += ansible.clean(Settings.from_environ().inventory, live)
     done += clean()
     # Containers of runs killed before their record listed them.
     from satbed.backends import docker

@@ -422,11 +422,10 @@ def test_programs_in_a_container_node_are_confined(images, tmp_path, no_leftover
     from satbed.model import topology
     from satbed.model.link import LinkConfig
     from satbed.backends.testbed import Testbed
-    tb = Testbed(topology.load("globalhawk"), backend="docker")
+    tb = Testbed(topology.load("globalhawk"), backend=docker.DockerBackend.for_run(str(tmp_path), "pepd"))
     pep = None
     try:
-        with docker.options(pep="pepd", run_dir=str(tmp_path), record=tb.record):
-            tb.start()
+        tb.start()
         node = tb.nodes["pepA"]
         pep = pepnodes.Pep("pepd", node, "a", LinkConfig(), str(tmp_path))
         pep.start()

@@ -99,13 +99,13 @@ def test_tc_backend_without_netem_says_so(tmp_path):
 
 @pytest.mark.parametrize("raw, want", [("", None), ("auto", "auto"), ("tpacket", "tpacket"), ("socket", "socket")])
 def test_satemu_packet_path_from_the_environment(monkeypatch: pytest.MonkeyPatch, raw: str, want: str | None) -> None:
-    from satbed.backends.emulation import IO_ENV, io_path
-    monkeypatch.setenv(IO_ENV, raw)
+    from satbed.backends.emulation import io_path
+    monkeypatch.setenv("SATBED_EMULATOR_IO", raw)
     assert io_path() == want
 
 
 def test_bad_satemu_packet_path_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from satbed.backends.emulation import IO_ENV, io_path
-    monkeypatch.setenv(IO_ENV, "xdp")
+    from satbed.backends.emulation import io_path
+    monkeypatch.setenv("SATBED_EMULATOR_IO", "xdp")
     with pytest.raises(SatbedError, match="SATBED_EMULATOR_IO"):
         io_path()

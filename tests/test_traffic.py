@@ -298,10 +298,9 @@ def test_traffic_and_counters_on_the_docker_backend(tmp_path):
             docker.current_tag(name)
         except Exception as e:      # images are shared: this test uses, never rebuilds, them
             pytest.skip(str(e))
-    tb = Testbed(topology.load("globalhawk"), backend="docker")
+    tb = Testbed(topology.load("globalhawk"), backend=docker.DockerBackend.for_run(str(tmp_path), "none"))
     try:
-        with docker.for_run("docker", tb.record, str(tmp_path), "none"):
-            tb.start()
+        tb.start()
         with counters.CounterSampler([tb.host("clientA").eth0], str(tmp_path)) as sampler:
             spec = TrafficSpec.from_dict({"duration": 3, "server": "clientB", "client": "clientA", "long": 2,
                                           "arrival": "constant", "concurrent": 2, "sizes": "100K"})

@@ -25,8 +25,6 @@ choices and TCP profile sysctls, a PEP node's side and address."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import contextvars
 import json
 import os
 import shlex
@@ -35,14 +33,13 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from satbed.backends import records
 from satbed.model import profiles
 
 from satbed.model import topology
 from satbed.core.errors import SatbedError, one_line_errors
-from satbed.backends.net import SANDBOXES, Sandbox
+from satbed.backends.net import Backend, Sandbox
 from satbed.core.proc import REPO_ROOT, last_line
 
 INVENTORY_ENV = "SATBED_INVENTORY"
@@ -162,16 +159,6 @@ def node_kind(spec: topology.TopologySpec, node: str) -> str:
     return "router"
 
 
-@dataclass(frozen=True)
-class Options:
-    """What a run tells its machine sandboxes (set around Testbed.start)."""
-    machines: dict[str, Machine] = field(default_factory=dict)
-    prefix: str = ""
-
-
-_OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_ansible_options", default=Options())
-
-
 def control_path(prefix: str, node: str) -> str:
     return os.path.join(records.RECORD_DIR, f"{prefix}-{node}.ssh")
 
@@ -233,27 +220,31 @@ def check_machines(spec: topology.TopologySpec, machines: dict[str, Machine], ru
         os.unlink(marker)
 
 
-@contextlib.contextmanager
-def for_run(backend: str, spec: topology.TopologySpec, prefix: str, run_dir: str) -> Iterator[None]:
-    """The runner's hook: the machines of the inventory for a run, checked."""
-    if backend != "ansible":
-        yield
-        return
-    machines = load_inventory(os.environ.get(INVENTORY_ENV, ""), spec)
-    check_machines(spec, machines, run_dir)
-    token = _OPTIONS.set(Options(machines, prefix))
-    try:
-        yield
-    finally:
-        _OPTIONS.reset(token)
+@dataclass(frozen=True)
+class AnsibleBackend(Backend):
+    """Testbed nodes on the machines of an inventory (a physical test bed),
+    bound to one run: the machines, checked to answer and to see the run
+    directory. Handed to the Testbed like the namespace backend."""
 
+    name = "ansible"
+    inventory: str = ""
+    machines: dict[str, Machine] = field(default_factory=dict)
 
-def describe(tb) -> dict:
-    """environment.json's `testbed` for this backend: which machine ran each node."""
-    return {"backend": "ansible", "inventory": os.environ.get(INVENTORY_ENV, ""),
-            "machines": {name: {"host": node.sandbox.machine.host, "address": node.sandbox.machine.address,
-                                "nics": node.sandbox.machine.nics}
-                         for name, node in tb.nodes.items() if isinstance(node.sandbox, SshSandbox)}}
+    @classmethod
+    def for_run(cls, inventory: str, spec: topology.TopologySpec, run_dir: str) -> "AnsibleBackend":
+        machines = load_inventory(inventory, spec)
+        check_machines(spec, machines, run_dir)
+        return cls(inventory, machines)
+
+    def sandbox(self, full_name: str, role: str, record: records.RunRecord) -> "SshSandbox":
+        return SshSandbox(full_name, role, self.machines)
+
+    def describe(self, tb) -> dict:
+        """environment.json's `testbed`: which machine ran each node."""
+        return {"backend": "ansible", "inventory": self.inventory,
+                "machines": {name: {"host": node.sandbox.machine.host, "address": node.sandbox.machine.address,
+                                    "nics": node.sandbox.machine.nics}
+                             for name, node in tb.nodes.items() if isinstance(node.sandbox, SshSandbox)}}
 
 
 class RemoteProcess(subprocess.Popen):
@@ -284,12 +275,11 @@ class SshSandbox(Sandbox):
     local = False
     wired = True
 
-    def __init__(self, full_name: str, role: str):
-        opts = _OPTIONS.get()
+    def __init__(self, full_name: str, role: str, machines: dict[str, Machine]):
         prefix, _, node = full_name.partition("-")
-        if node not in opts.machines:
+        if node not in machines:
             raise SatbedError(f"--backend ansible: no machine for node {node} (give --inventory FILE)")
-        self.machine = opts.machines[node]
+        self.machine = machines[node]
         self.control = control_path(prefix, node)
         self.prefix, self.node = prefix, node
         self.pid = 0
@@ -328,7 +318,6 @@ class SshSandbox(Sandbox):
                        capture_output=True, timeout=15)
 
 
-SANDBOXES["ansible"] = SshSandbox
 
 # Run on each machine by `satbed clean --backend ansible`: what runs of no
 # live prefix left. A pid file's process is killed with its group only if it

@@ -34,8 +34,6 @@ that goes into them, so an image is rebuilt only when an input changed.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import json
 import os
@@ -45,13 +43,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from satbed.backends import records
 from satbed.core.errors import SatbedError, error_line, one_line_errors
-from satbed.backends.net import SANDBOXES, Sandbox
+from satbed.backends.net import Backend, Sandbox
 from satbed.core.proc import REPO_ROOT, last_line
 from satbed.core.proc import run as proc_run
+from satbed.core.settings import Settings
 
 REPO = "satbed"                  # image repository prefix: satbed/<name>
 LABEL = "org.satbed"             # container and image label namespace
@@ -388,7 +386,7 @@ def node_sysctls(role: str) -> dict[str, str]:
 
 
 def runc_root() -> str:
-    return os.environ.get("SATBED_RUNC_ROOT") or RUNC_ROOT
+    return Settings.from_environ().runc_root or RUNC_ROOT
 
 
 def describe_images(refs: list[str]) -> dict:
@@ -417,8 +415,6 @@ def describe_images(refs: list[str]) -> dict:
 def describe_testbed(tb) -> dict:
     """environment.json's `testbed`: the backend and, for containers, each
     node's container and image, and every image's id and input hash."""
-    if tb.backend != "docker":
-        return {"backend": tb.backend}
     nodes = {name: {"container": node.sandbox.name, "image": node.sandbox.image}
              for name, node in tb.nodes.items() if isinstance(node.sandbox, DockerSandbox)}
     server = docker("version", "--format", "{{.Server.Version}}", check=False, timeout=30).stdout.strip()
@@ -429,13 +425,23 @@ def describe_testbed(tb) -> dict:
 # ---------------------------------------------------------------- nodes
 
 @dataclass(frozen=True)
-class Options:
-    """What a run tells its container nodes: which image each kind of node
-    runs, what to bind-mount, and the run record that lists the containers
-    for `satbed clean`."""
+class DockerBackend(Backend):
+    """Testbed nodes as containers, bound to one run: which image each kind of
+    node runs and what to bind-mount. Handed to the Testbed like the
+    namespace backend; each node's container is recorded in the run record
+    before it exists, for `satbed clean`."""
+
+    name = "docker"
     images: dict[str, str] = field(default_factory=dict)     # role, or node:NAME -> image reference
     mounts: tuple[str, ...] = ()
-    record: records.RunRecord | None = None
+
+    @classmethod
+    def for_run(cls, run_dir: str, pep: str | None = None, pep_nodes: dict[str, str] | None = None,
+                mounts: tuple[str, ...] = ()) -> "DockerBackend":
+        """pep: the PEP image every PEP node runs; pep_nodes: PEP node -> its own."""
+        images = {"pep": pep_image(pep)} if pep else {}
+        images.update({f"node:{n}": pep_image(p) for n, p in (pep_nodes or {}).items()})
+        return cls(images, tuple(os.path.abspath(m) for m in (run_dir, *mounts, *extra_mounts())))
 
     def image_for(self, role: str, node: str = "") -> str:
         """A node's own image (a PEP node runs its PEP's), else its role's."""
@@ -445,39 +451,17 @@ class Options:
         default = {"host": "host", "emulator": "emulator", "pep": "pep-none", "bridge": "base", "router": "base"}
         return current_tag(default.get(role, "base"))
 
+    def sandbox(self, full_name: str, role: str, record: records.RunRecord) -> "DockerSandbox":
+        return DockerSandbox(full_name, role, self, record)
 
-# Context-local (like decimal's context): set around Testbed.start() by the
-# runner, read by each DockerSandbox as it is created.
-_OPTIONS: contextvars.ContextVar[Options] = contextvars.ContextVar("satbed_docker_options", default=Options())
-
-
-@contextlib.contextmanager
-def options(pep: str | None = None, run_dir: str | None = None,
-            record: records.RunRecord | None = None, mounts: tuple[str, ...] = (),
-            pep_nodes: dict[str, str] | None = None) -> Iterator[Options]:
-    images = {"pep": pep_image(pep)} if pep else {}
-    images.update({f"node:{n}": pep_image(p) for n, p in (pep_nodes or {}).items()})
-    all_mounts = tuple(os.path.abspath(m) for m in ((run_dir,) if run_dir else ()) + tuple(mounts))
-    token = _OPTIONS.set(Options(images, all_mounts, record))
-    try:
-        yield _OPTIONS.get()
-    finally:
-        _OPTIONS.reset(token)
-
-
-def for_run(backend: str, record: records.RunRecord, run_dir: str, pep: str,
-            pep_nodes: dict[str, str] | None = None):
-    """The runner's hook: the Docker options for a run, or nothing for
-    other backends. pep_nodes: PEP node -> the PEP it runs."""
-    if backend != "docker":
-        return contextlib.nullcontext()
-    return options(pep=pep, run_dir=run_dir, record=record, pep_nodes=pep_nodes)
+    def describe(self, tb) -> dict:
+        return describe_testbed(tb)
 
 
 def extra_mounts() -> list[str]:
     """SATBED_DOCKER_MOUNTS: more host directories a lab's clients need,
     colon-separated, mounted read-write at the same paths."""
-    return [p for p in os.environ.get("SATBED_DOCKER_MOUNTS", "").split(":") if p]
+    return list(Settings.from_environ().docker_mounts)
 
 
 # Tools satbed runs to configure or inspect a node's network namespace.
@@ -492,17 +476,15 @@ _INNER = 'exec "$0" "$@" <&3 >&4 2>&5 3<&- 4>&- 5>&-'
 class DockerSandbox(Sandbox):
     """A testbed node in a container (see the module docstring)."""
 
-    def __init__(self, full_name: str, role: str):
-        opts = _OPTIONS.get()
+    def __init__(self, full_name: str, role: str, opts: DockerBackend, record: records.RunRecord):
         self.name, self.role = full_name, role
         prefix, _, node = full_name.partition("-")
         self.image = opts.image_for(role, node)
         # A PEP node drives its PEP through the image's own verbs.
         self.pep_entrypoint = entrypoint(self.image) if role == "pep" else None
-        if opts.record is not None:
-            # Recorded before it exists, so a run killed mid-start is cleaned too.
-            opts.record.containers.append(full_name)
-            opts.record.save()
+        # Recorded before it exists, so a run killed mid-start is cleaned too.
+        record.containers.append(full_name)
+        record.save()
         args = ["run", "-d", "--name", full_name, "--hostname", node or full_name, "--network", "none",
                 "--label", f"{LABEL}.prefix={prefix}", "--label", f"{LABEL}.node={node}",
                 "--label", f"{LABEL}.role={role}", "--label", f"{LABEL}.owner={os.getpid()}"]
@@ -513,7 +495,7 @@ class DockerSandbox(Sandbox):
         if role == "pep":
             args += pep_device_args()
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
-        for m in sorted(set(opts.mounts) | set(extra_mounts())):
+        for m in sorted(set(opts.mounts)):
             os.makedirs(m, exist_ok=True)
             args += ["-v", f"{m}:{m}"]
         args += ["--entrypoint", "sleep", self.image, "infinity"]
@@ -565,8 +547,6 @@ class DockerSandbox(Sandbox):
     def stop(self) -> None:
         docker("rm", "-f", self.name, check=False, timeout=60)
 
-
-SANDBOXES["docker"] = DockerSandbox
 
 
 def containers(prefix: str | None = None) -> list[str]:

@@ -23,6 +23,7 @@ from satbed.core.errors import SatbedError
 from satbed.backends.net import TransparentNode
 from satbed.core.proc import our_binary
 from satbed.model.link import Direction, LinkConfig, MTU_FRAME
+from satbed.core.settings import Settings
 
 
 def netem_available(node: TransparentNode) -> bool:
@@ -77,40 +78,19 @@ class BridgeEmulator(Emulator):
         self.node.bridge()
 
 
-SPIN_ENV = "SATBED_EMULATOR_SPIN_US"
-
-
 def spin_us() -> int | None:
     """satemu busy-waits up to 200 us before each departure (its default) for
     sub-0.5 ms timing; SATBED_EMULATOR_SPIN_US overrides it. A parallel matrix
     sets 0: with a dozen cells on two cores the spinning takes the CPU the
     other cells need, and at 8 Mbit/s a frame lasts 1.5 ms anyway."""
-    raw = os.environ.get(SPIN_ENV)
-    if raw is None or raw == "":
-        return None
-    try:
-        v = int(raw)
-    except ValueError:
-        raise SatbedError(f"bad {SPIN_ENV} {raw!r}: give microseconds") from None
-    if not 0 <= v <= 100_000:
-        raise SatbedError(f"bad {SPIN_ENV} {raw!r}: must be 0..100000 microseconds")
-    return v
-
-
-IO_ENV = "SATBED_EMULATOR_IO"
-IO_PATHS = ("auto", "tpacket", "socket")
+    return Settings.from_environ().emulator_spin_us
 
 
 def io_path() -> str | None:
     """satemu's packet path (-io): auto (its default: the TPACKET_V3 ring,
     else plain sockets), tpacket or socket; SATBED_EMULATOR_IO picks one.
     satemu records the path it used in emulator.json ("io")."""
-    raw = os.environ.get(IO_ENV)
-    if raw is None or raw == "":
-        return None
-    if raw not in IO_PATHS:
-        raise SatbedError(f"bad {IO_ENV} {raw!r}: want one of {', '.join(IO_PATHS)}")
-    return raw
+    return Settings.from_environ().emulator_io
 
 
 def control_request(path: str, req: dict) -> dict:

@@ -111,22 +111,35 @@ class NamespaceSandbox(Sandbox):
         self.mininet_node.stop(deleteIntfs=False)
 
 
-SANDBOXES: dict[str, type[Sandbox]] = {"mininet": NamespaceSandbox}
+class Backend:
+    """How a testbed's nodes are realized, handed to the Testbed (as Mininet
+    takes its host class and containerlab its runtime). This one: network
+    namespaces held by Mininet nodes. The Docker and Ansible backends
+    (backends/docker.py, backends/ansible.py) are objects of their own,
+    bound to one run's images, mounts or machines."""
+
+    name = "mininet"
+
+    def sandbox(self, full_name: str, role: str, record: RunRecord) -> Sandbox:
+        return NamespaceSandbox(full_name, role)
+
+    def describe(self, tb: object) -> dict:
+        """environment.json's `testbed`."""
+        return {"backend": self.name}
+
+
+NAMESPACES = Backend()
 
 
 class Node:
     """A network stack where processes run; processes it starts are recorded."""
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 backend: str = "mininet", role: str = "host"):
+                 backend: Backend = NAMESPACES, role: str = "host"):
         self.name, self.short, self.prefix, self.record = name, short, prefix, record
         self.intfs: dict[str, Intf] = {}
         self.procs: list[subprocess.Popen] = []
-        try:
-            sandbox_cls = SANDBOXES[backend]
-        except KeyError:
-            raise SatbedError(f"unknown backend {backend!r} (known: {', '.join(SANDBOXES)})") from None
-        self.sandbox = sandbox_cls(f"{prefix}-{name}", role)
+        self.sandbox = backend.sandbox(f"{prefix}-{name}", role, record)
         self.pid: int = self.sandbox.pid
         if self.sandbox.local:
             record.netns[name] = netns_inode(self.pid) or 0
@@ -206,7 +219,7 @@ class Node:
 
 class Host(Node):
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 ip: ipaddress.IPv4Interface, backend: str = "mininet",
+                 ip: ipaddress.IPv4Interface, backend: Backend = NAMESPACES,
                  gateway: ipaddress.IPv4Address | None = None):
         super().__init__(name, short, prefix, record, backend, role="host")
         self.ip, self.gateway = ip, gateway
@@ -261,7 +274,7 @@ class Router(Node):
     """Forwards IP between its ports; routes and queues come from the spec."""
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 addresses: dict[str, ipaddress.IPv4Interface], backend: str = "mininet"):
+                 addresses: dict[str, ipaddress.IPv4Interface], backend: Backend = NAMESPACES):
         super().__init__(name, short, prefix, record, backend, role="router")
         self.addresses = addresses
         self.sysctl("net.ipv4.ip_forward", "1")
@@ -306,7 +319,7 @@ class TransparentNode(Node):
     BRIDGE = "br0"
 
     def __init__(self, name: str, short: str, prefix: str, record: RunRecord,
-                 kind: str, ports: tuple[str, ...], backend: str = "mininet",
+                 kind: str, ports: tuple[str, ...], backend: Backend = NAMESPACES,
                  address: ipaddress.IPv4Interface | None = None):
         super().__init__(name, short, prefix, record, backend, role=kind)
         self.kind, self.ports = kind, ports

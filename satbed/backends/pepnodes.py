@@ -21,6 +21,7 @@ from satbed.core.errors import SatbedError
 from satbed.backends.net import Host, NamespaceSandbox, TransparentNode
 from satbed.core.proc import BIN_DIR, REPO_ROOT, last_line
 from satbed.model.peps import check, is_image
+from satbed.core.settings import Settings
 
 # A lab's own PEPsal / SCPS gateway build on this machine (docker/README.md).
 LAB_BINARIES = ("SATBED_PEPSAL_BIN", "SATBED_SCPS_BIN")
@@ -89,9 +90,10 @@ class Pep:
             del self.env["SATBED_BIN_DIR"], self.env["PATH"]
         # A container has its image's binary instead.
         if isinstance(node.sandbox, NamespaceSandbox):
-            for var in LAB_BINARIES:
-                if os.environ.get(var):
-                    self.env[var] = os.path.abspath(os.environ[var])
+            settings = Settings.from_environ()
+            for var, path in zip(LAB_BINARIES, (settings.pepsal_bin, settings.scps_bin)):
+                if path:
+                    self.env[var] = path
         self.started = False
 
     def _argv(self, verb: str) -> list[str]:

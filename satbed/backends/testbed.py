@@ -17,7 +17,7 @@ from satbed.model.profiles import load as load_profile
 
 from satbed.core import proc
 from satbed.core.errors import SatbedError
-from satbed.backends.net import Host, Link, Node, Router, TransparentNode
+from satbed.backends.net import NAMESPACES, Backend, Host, Link, Node, Router, TransparentNode
 from satbed.core.proc import require_root, require_tools
 from satbed.backends.records import RunRecord, start_time
 from satbed.model.topology import TopologySpec, transit_routes
@@ -30,7 +30,7 @@ class Testbed:
     can be up at once; a record under /run/satbed lets `satbed clean` remove
     what a killed run left."""
 
-    def __init__(self, spec: TopologySpec, prefix: str | None = None, backend: str = "mininet"):
+    def __init__(self, spec: TopologySpec, prefix: str | None = None, backend: Backend = NAMESPACES):
         self.spec, self.backend = spec, backend
         self.prefix = prefix or records.new_prefix()
         self.record = RunRecord(self.prefix, os.getpid(), start_time(os.getpid()))
@@ -59,10 +59,13 @@ class Testbed:
         return {n: v for n, v in self.nodes.items() if isinstance(v, Router)}
 
     def start(self, bridge_kinds: tuple[str, ...] = ("pep", "bridge", "emulator"),
-              profiles: dict[str, str] | None = None) -> "Testbed":
+              profiles: dict[str, str] | None = None, backend: Backend | None = None) -> "Testbed":
         """Build nodes and links; bridge the transparent nodes whose kind is
         listed (the emulator is left unbridged when satemu will own its ports).
-        profiles: host -> TCP profile name, over the topology's own."""
+        profiles: host -> TCP profile name, over the topology's own. backend:
+        the run's own (bound to its images or machines), over the testbed's."""
+        if backend is not None:
+            self.backend = backend
         require_root()
         require_tools(*NEEDED_TOOLS)
         setLogLevel("error")

@@ -82,7 +82,7 @@ from satbed.core import paths, yamlfile
 
 
 from satbed.model import schemas
-from satbed.backends.emulation import SPIN_ENV
+
 from satbed.core.errors import SatbedError, error_line
 from satbed.core.proc import REPO_ROOT
 from satbed.results.store import DONE, MEASURED, CellRow, Store
@@ -808,7 +808,7 @@ def _spawn_child(args: list[str], log_path: str) -> subprocess.Popen:
     # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
     # outside a matrix) would take the CPU cells side by side need, so no cell
     # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
-    env.setdefault(SPIN_ENV, "0")
+    env.setdefault("SATBED_EMULATOR_SPIN_US", "0")
     try:
         return subprocess.Popen([PYTHON, "-m", "satbed.execution.matrix", *args], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

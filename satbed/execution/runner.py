@@ -44,6 +44,8 @@ from satbed.backends.clients.transfer import keep_files_wanted
 from satbed.core.files import write_json
 from satbed.backends.testbed import Testbed, remove_run_files
 from satbed.model.config import PepPlacement, RESULT_FORMAT, RunConfig
+from satbed.core.settings import Settings
+from satbed.backends.net import Backend, NAMESPACES
 
 
 @dataclass
@@ -229,19 +231,26 @@ class Session:
         self.env = environment.collect()
         return self.dir
 
+    def bound_backend(self) -> Backend:
+        """The testbed backend bound to this run: its PEP images and run
+        directory (Docker) or its machines (Ansible)."""
+        if self.backend == "docker":
+            pep_images = {n: p.name for n, p in self.plan.peps.items()}
+            return docker_backend.DockerBackend.for_run(self.dir, self.cfg.pep, pep_images)
+        if self.backend == "ansible":
+            return ansible_backend.AnsibleBackend.for_run(Settings.from_environ().inventory, self.spec, self.dir)
+        return NAMESPACES
+
     def build(self) -> None:
         """The testbed, its emulators and PEPs, and the proof that the PEPs split."""
         cfg, the_plan, tb = self.cfg, self.plan, self.tb
         if not the_plan.links and (cfg.link.rtt_ms or cfg.link.a_to_b.ber):
             raise SatbedError(f"topology {self.spec.name} has no emulator node for --rtt/--ber")
         # The emulator backend decides whether its node gets a kernel bridge.
-        pep_images = {n: p.name for n, p in the_plan.peps.items()}
-        with docker_backend.for_run(self.backend, tb.record, self.dir, cfg.pep, pep_images), \
-                ansible_backend.for_run(self.backend, self.spec, tb.prefix, self.dir):
-            tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles)
+        backend = self.bound_backend()
+        tb.start(bridge_kinds=("pep", "bridge"), profiles=the_plan.profiles, backend=backend)
         env = self.env
-        env["testbed"] = (ansible_backend.describe(tb) if self.backend == "ansible"
-                          else docker_backend.describe_testbed(tb))
+        env["testbed"] = backend.describe(tb)
         if tb.tcp_profiles:
             env["tcp_profiles"] = tb.tcp_profiles
         if tb.queue_commands:

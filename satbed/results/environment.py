@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from satbed import __version__
 from satbed.core.proc import BIN_DIR, REPO_ROOT
+from satbed.core.settings import Settings
 
 # tool -> the arguments that make it print its version
 TOOL_VERSIONS = {
@@ -60,6 +61,7 @@ def collect(tools: tuple[str, ...] = tuple(TOOL_VERSIONS)) -> dict:
         "python": platform.python_version(),
         "tools": versions,
         "tcp_available_congestion_control": _read("/proc/sys/net/ipv4/tcp_available_congestion_control"),
+        "settings": Settings.from_environ().to_dict(),
     }
 
 

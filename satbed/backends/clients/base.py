@@ -7,8 +7,8 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from satbed.core.errors import SatbedError
 from satbed.backends.net import Host
+from satbed.core.settings import Settings
 
 
 @dataclass
@@ -49,12 +49,9 @@ class ClientContext:
     def transfer_timeout(self, floor_bps: float = 100_000) -> float:
         """A bound on how long a transfer may take: generous (a buffer-limited
         FTP at 600 ms is slow) but finite, so a stalled transfer never hangs."""
-        override = self.timeout_s or os.environ.get("SATBED_TRANSFER_TIMEOUT")
+        override = self.timeout_s or Settings.from_environ().transfer_timeout_s
         if override:
-            try:
-                return float(override)
-            except ValueError:
-                raise SatbedError(f"bad SATBED_TRANSFER_TIMEOUT {override!r}: give seconds") from None
+            return float(override)
         return stall_limit(self.size_bytes, self.rtt_ms, self.rate_bps, floor_bps)
 
 

@@ -29,6 +29,7 @@ from satbed.backends.clients.base import Client, ClientContext
 from satbed.core.errors import SatbedError
 from satbed.backends.net import Host, NamespaceSandbox, Node
 from satbed.core.proc import last_line, our_binary
+from satbed.core.settings import Settings
 
 # The Debian package that provides each tool, for the "missing tool" line.
 PACKAGES = {
@@ -61,7 +62,7 @@ def find_tool(name: str) -> str:
 
 
 def keep_files_wanted() -> bool:
-    return os.environ.get("SATBED_KEEP_FILES", "").lower() in ("1", "yes", "true")
+    return Settings.from_environ().keep_files
 
 
 def keep_files(ctx: ClientContext) -> bool:
