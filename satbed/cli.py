@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespaces (mininet) or containers (docker; `make images` first)")
     c.set_defaults(fn=cmd_cli)
 
-    from satbed.backends import compose
+    from satbed.commands import compose
     compose.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")

@@ -173,20 +173,20 @@ def test_container_nodes_get_namespaced_sysctls_only():
                                        ("60:5:2.5", {"period_s": 60.0, "down_s": 5.0, "offset_s": 2.5}),
                                        ("off", None)])
 def test_compose_outage_option(text, want):
-    from satbed.backends.compose import _outage
+    from satbed.commands.compose import _outage
     assert _outage(text) == want
 
 
 @pytest.mark.parametrize("text", ["10", "1:10", "x:1", "0:0", "10:-1", "1:2:3:4"])
 def test_compose_outage_option_rejects(text):
-    from satbed.backends.compose import _outage
+    from satbed.commands.compose import _outage
     with pytest.raises(SatbedError, match="PERIOD_S:DOWN_S"):
         _outage(text)
 
 
 def test_compose_link_parameters():
     import argparse
-    from satbed.backends.compose import _link_params
+    from satbed.commands.compose import _link_params
     ns = argparse.Namespace(rate="4mbit", ceil=None, rtt="300", ber="1e-6", queue=50, outage=None)
     assert _link_params(ns) == {"rate_bps": 4_000_000, "ceil_bps": 4_000_000, "delay_ms": 150.0,
                                 "ber": 1e-6, "queue_packets": 50}

@@ -21,7 +21,7 @@ FLOORS = (
     ("execution", ("satbed.execution",)),
     ("analysis", ("analysis",)),
     ("report", ("satbed.report",)),
-    ("commands", ("satbed.cli", "satbed.worker", "satbed.__main__", "satbed")),
+    ("commands", ("satbed.cli", "satbed.commands", "satbed.worker", "satbed.__main__", "satbed")),
 )
 MAX_LINES = 600
 

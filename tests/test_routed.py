@@ -17,6 +17,8 @@ import yaml
 from satbed.backends import counters, emulation
 
 from satbed.model import topology
+
+from satbed.model import topology_spec
 from satbed.model.link import LinkConfig
 from satbed.core.proc import BIN_DIR
 from satbed.backends.testbed import running
@@ -29,7 +31,7 @@ pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN
 SPOOFING = yaml.safe_load(open(topology.find("spoofing")))
 
 
-def spec_with(mutate=None) -> topology.TopologySpec:
+def spec_with(mutate=None) -> topology_spec.TopologySpec:
     doc = copy.deepcopy(SPOOFING)
     if mutate:
         mutate(doc)

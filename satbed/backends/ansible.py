@@ -38,6 +38,8 @@ from satbed.backends import records
 from satbed.model import profiles
 
 from satbed.model import topology
+
+from satbed.model import topology_spec
 from satbed.core.errors import SatbedError, one_line_errors
 from satbed.backends.net import Backend, Sandbox
 from satbed.core.proc import REPO_ROOT, last_line
@@ -118,7 +120,7 @@ def _machine(path: str, host: str, hv: dict) -> Machine:
                    {str(k): str(v) for k, v in nics.items()})
 
 
-def load_inventory(path: str, spec: topology.TopologySpec) -> dict[str, Machine]:
+def load_inventory(path: str, spec: topology_spec.TopologySpec) -> dict[str, Machine]:
     """node -> Machine. One clear line when the inventory is unreadable or a
     node has no machine."""
     machines: dict[str, Machine] = {}
@@ -143,7 +145,7 @@ def load_inventory(path: str, spec: topology.TopologySpec) -> dict[str, Machine]
     return machines
 
 
-def node_ports(spec: topology.TopologySpec, node: str) -> list[str]:
+def node_ports(spec: topology_spec.TopologySpec, node: str) -> list[str]:
     if node in spec.hosts:
         return ["eth0"]
     if node in spec.transparent:
@@ -151,7 +153,7 @@ def node_ports(spec: topology.TopologySpec, node: str) -> list[str]:
     return list(spec.routers[node].addresses)
 
 
-def node_kind(spec: topology.TopologySpec, node: str) -> str:
+def node_kind(spec: topology_spec.TopologySpec, node: str) -> str:
     if node in spec.hosts:
         return "host"
     if node in spec.transparent:
@@ -172,7 +174,7 @@ def ssh_run(m: Machine, control: str, script: str, timeout: float = 30,
         raise SatbedError(f"{m.host} ({m.address}): no answer over SSH in {timeout:g} s") from None
 
 
-def check_machines(spec: topology.TopologySpec, machines: dict[str, Machine], run_dir: str) -> None:
+def check_machines(spec: topology_spec.TopologySpec, machines: dict[str, Machine], run_dir: str) -> None:
     """Every machine answers over SSH, has the roles its node needs applied,
     and sees the run directory (one line naming the first that does not)."""
     token = uuid.uuid4().hex
@@ -231,7 +233,7 @@ class AnsibleBackend(Backend):
     machines: dict[str, Machine] = field(default_factory=dict)
 
     @classmethod
-    def for_run(cls, inventory: str, spec: topology.TopologySpec, run_dir: str) -> "AnsibleBackend":
+    def for_run(cls, inventory: str, spec: topology_spec.TopologySpec, run_dir: str) -> "AnsibleBackend":
         machines = load_inventory(inventory, spec)
         check_machines(spec, machines, run_dir)
         return cls(inventory, machines)
@@ -389,7 +391,7 @@ def clean(inventory: str, live: set[str]) -> list[str]:
     return done
 
 
-def plan(spec: topology.TopologySpec) -> dict:
+def plan(spec: topology_spec.TopologySpec) -> dict:
     nodes: dict[str, dict] = {}
     for h in spec.hosts.values():
         prof = profiles.load(h.profile) if h.profile else None

@@ -20,7 +20,8 @@ from satbed.core.errors import SatbedError
 from satbed.backends.net import NAMESPACES, Backend, Host, Link, Node, Router, TransparentNode
 from satbed.core.proc import require_root, require_tools
 from satbed.backends.records import RunRecord, start_time
-from satbed.model.topology import TopologySpec, transit_routes
+from satbed.model.topology_spec import TopologySpec
+from satbed.model.segments import transit_routes
 
 NEEDED_TOOLS = ("ip", "ethtool", "sysctl", "mnexec")
 

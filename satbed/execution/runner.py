@@ -33,6 +33,10 @@ from satbed.core import paths
 
 from satbed.model import topology
 
+from satbed.model import topology_spec
+
+from satbed.model import segments
+
 from satbed.results import environment
 from satbed.backends import ansible as ansible_backend
 from satbed.backends import docker as docker_backend
@@ -85,7 +89,7 @@ class Plan:
                 "profiles": self.profiles}
 
 
-def plan(cfg: RunConfig, spec: topology.TopologySpec) -> Plan:
+def plan(cfg: RunConfig, spec: topology_spec.TopologySpec) -> Plan:
     def bad(msg: str) -> SatbedError:
         return SatbedError(f"topology {spec.name}: {msg}")
 
@@ -116,7 +120,7 @@ def plan(cfg: RunConfig, spec: topology.TopologySpec) -> Plan:
     placements = {n: cfg.peps.get(n, PepPlacement(cfg.pep, cfg.pep_options)) for n in pep_nodes}
     pep_links = {}
     for n in pep_nodes:
-        faced = topology.facing_emulator(spec, n)
+        faced = segments.facing_emulator(spec, n)
         if faced:
             pep_links[n] = faced
     for host in cfg.profiles:
@@ -127,7 +131,7 @@ def plan(cfg: RunConfig, spec: topology.TopologySpec) -> Plan:
                 spec.emulators_on_path(a, b), profiles)
 
 
-def config_document(cfg: RunConfig, spec: topology.TopologySpec, the_plan: Plan) -> dict:
+def config_document(cfg: RunConfig, spec: topology_spec.TopologySpec, the_plan: Plan) -> dict:
     """config.json: the configuration as given, the topology as parsed and the
     plan resolved from it (analysis reads the main flow's hosts from it)."""
     return {**cfg.to_dict(), "format": RESULT_FORMAT, "topology_spec": spec.to_dict(),

@@ -21,12 +21,12 @@ import ipaddress
 import os
 import re
 from collections import deque
-from dataclasses import dataclass, field
 
 from satbed.core import yamlfile
 from satbed.core.errors import SatbedError
 from satbed.core.proc import REPO_ROOT
 from satbed.core.units import parse_rate, parse_size
+from satbed.model.topology_spec import Endpoint, HostSpec, LinkSpec, Queue, Route, RouterSpec, Segment, TopologySpec, TransparentSpec
 
 TOPOLOGY_DIR = os.path.join(REPO_ROOT, "topologies")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]{0,15}$")
@@ -37,183 +37,6 @@ TRANSPARENT_KINDS = ("pep", "emulator", "bridge")
 ROLE_PORTS = {"emulator": ("a", "b"), "pep": ("lan", "wan")}
 SIDES = ("a", "b")
 HOST_PORT = "eth0"
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    name: str
-    short: str
-    ip: ipaddress.IPv4Interface
-    role: str = ""
-    tcp_cc: str = ""                 # wanted congestion control, falls back to cubic (the chain file's key)
-    gateway: ipaddress.IPv4Address | None = None    # resolved: given, or the one router on its segment
-    profile: str = ""                # a TCP profile name (profiles/tcp/NAME.yaml)
-
-
-@dataclass(frozen=True)
-class Queue:
-    """A drop-tail queue on a router port's egress; rate_bps None: the queue
-    sits behind the port's own (veth) speed and only fills in bursts."""
-    packets: int = 0
-    bytes: int = 0
-    rate_bps: int | None = None
-
-    def to_dict(self) -> dict:
-        return {"packets": self.packets, "bytes": self.bytes, "rate_bps": self.rate_bps}
-
-
-@dataclass(frozen=True)
-class Route:
-    to: ipaddress.IPv4Network
-    via: ipaddress.IPv4Address
-
-    def __str__(self) -> str:
-        return f"{self.to} via {self.via}"
-
-
-@dataclass(frozen=True)
-class RouterSpec:
-    name: str
-    short: str
-    addresses: dict[str, ipaddress.IPv4Interface]     # port -> address
-    queues: dict[str, Queue]
-    routes: tuple[Route, ...]                         # resolved: given, or computed from the links
-    routes_given: bool = False
-
-    @property
-    def ports(self) -> tuple[str, ...]:
-        return tuple(self.addresses)
-
-
-@dataclass(frozen=True)
-class TransparentSpec:
-    """A node that forwards frames between its ports and has no IP address.
-    A PEP node may name one (ip) for a PEP program that opens its upstream
-    connections from its own address (PEPsal): only such an adapter puts it
-    on the bridge, and the far host then sees that address."""
-    name: str
-    short: str
-    kind: str
-    ports: tuple[str, ...]
-    side: str = ""                   # a PEP's side: the emulator port its WAN faces, or declared
-    ip: ipaddress.IPv4Interface | None = None
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    node: str
-    port: str
-
-    def __str__(self) -> str:
-        return f"{self.node}.{self.port}"
-
-
-@dataclass(frozen=True)
-class LinkSpec:
-    a: Endpoint
-    b: Endpoint
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One layer-2 broadcast domain: the addressed ports joined by links and
-    transparent nodes, and the subnet they share."""
-    subnet: ipaddress.IPv4Network | None
-    members: tuple[Endpoint, ...]            # addressed ports (hosts' eth0, routers' ports)
-    transparent: tuple[str, ...]             # transparent nodes inside it
-
-
-@dataclass(frozen=True)
-class TopologySpec:
-    name: str
-    mtu: int
-    subnet: ipaddress.IPv4Network | None
-    hosts: dict[str, HostSpec]
-    transparent: dict[str, TransparentSpec]
-    links: tuple[LinkSpec, ...]
-    description: str = ""
-    source: str = field(default="", compare=False)
-    routers: dict[str, RouterSpec] = field(default_factory=dict)
-    segments: tuple[Segment, ...] = ()
-
-    def node_names(self) -> list[str]:
-        return [*self.hosts, *self.routers, *self.transparent]
-
-    def of_kind(self, kind: str) -> list[TransparentSpec]:
-        return [t for t in self.transparent.values() if t.kind == kind]
-
-    def host_with_role(self, role: str) -> HostSpec | None:
-        found = [h for h in self.hosts.values() if h.role == role]
-        return found[0] if len(found) == 1 else None
-
-    def neighbours(self, node: str) -> list[tuple[str, str, str]]:
-        """(own port, neighbour, neighbour's port) for each link of a node."""
-        out = []
-        for link in self.links:
-            if link.a.node == node:
-                out.append((link.a.port, link.b.node, link.b.port))
-            if link.b.node == node:
-                out.append((link.b.port, link.a.node, link.a.port))
-        return out
-
-    def path(self, src: str, dst: str) -> list[Endpoint]:
-        """The ports a packet from host src to host dst leaves by, hop by hop
-        (a breadth-first walk over the links; transparent nodes and routers
-        are crossed, hosts end the walk). Empty if unreachable."""
-        prev: dict[str, tuple[str, Endpoint] | None] = {src: None}
-        queue = deque([src])
-        while queue:
-            node = queue.popleft()
-            if node == dst:
-                break
-            if node != src and node in self.hosts:
-                continue
-            for port, other, _ in self.neighbours(node):
-                if other not in prev:
-                    prev[other] = (node, Endpoint(node, port))
-                    queue.append(other)
-        if dst not in prev:
-            return []
-        hops: list[Endpoint] = []
-        node = dst
-        while prev[node] is not None:
-            node, ep = prev[node]
-            hops.append(ep)
-        return hops[::-1]
-
-    def emulators_on_path(self, src: str, dst: str) -> list[tuple[str, str]]:
-        """(emulator, the port the src->dst traffic enters it by), in path order."""
-        out = []
-        for hop in self.path(src, dst):
-            t = self.transparent.get(hop.node)
-            if t is not None and t.kind == "emulator":
-                entry = "b" if hop.port == "a" else "a"
-                out.append((t.name, entry))
-        return out
-
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name, "description": self.description, "mtu": self.mtu,
-            "subnet": str(self.subnet) if self.subnet else None, "source": self.source,
-            "hosts": {h.name: {"short": h.short, "ip": str(h.ip), "role": h.role, "tcp_cc": h.tcp_cc,
-                               "gateway": str(h.gateway) if h.gateway else None, "profile": h.profile}
-                      for h in self.hosts.values()},
-            "routers": {r.name: {"short": r.short,
-                                 "interfaces": {p: {"ip": str(a), **({"queue": r.queues[p].to_dict()}
-                                                                     if p in r.queues else {})}
-                                                for p, a in r.addresses.items()},
-                                 "routes": [{"to": str(x.to), "via": str(x.via)} for x in r.routes],
-                                 "routes_given": r.routes_given}
-                        for r in self.routers.values()},
-            "transparent": {t.name: {"short": t.short, "kind": t.kind, "ports": list(t.ports),
-                                     **({"side": t.side} if t.side else {}),
-                                     **({"ip": str(t.ip)} if t.ip else {})}
-                            for t in self.transparent.values()},
-            "links": [[str(link.a), str(link.b)] for link in self.links],
-            "segments": [{"subnet": str(s.subnet) if s.subnet else None,
-                          "members": [str(m) for m in s.members], "transparent": list(s.transparent)}
-                         for s in self.segments],
-        }
 
 
 def find(name_or_path: str) -> str:
@@ -464,7 +287,7 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
                         str(doc.get("description", "")), source, routers, segments)
     for t in list(transparent.values()):
         if t.kind == "pep" and not t.side:
-            _, side = _facing_emulator_port(spec, t.name)
+            _, side = facing_emulator_port(spec, t.name)
             if not side:
                 raise bad(f"pep {t.name}: its wan port faces no emulator; give side: a or b")
             transparent[t.name] = dataclasses.replace(t, side=side)
@@ -586,12 +409,7 @@ def _routes(name: str, given: object, routers_raw: dict, segments: tuple[Segment
     return tuple(Route(n, v) for n, v in sorted(routes.items(), key=lambda x: str(x[0])))
 
 
-def facing_emulator(spec: TopologySpec, pep: str) -> str:
-    """The emulator the PEP's wan port faces within its segment ("" if none)."""
-    return _facing_emulator_port(spec, pep)[0]
-
-
-def _facing_emulator_port(spec: TopologySpec, pep: str) -> tuple[str, str]:
+def facing_emulator_port(spec: TopologySpec, pep: str) -> tuple[str, str]:
     """The emulator and its port (a or b) the PEP's wan port reaches within
     its segment, i.e. which side of the satellite link the PEP is on."""
     seen = {pep}
@@ -609,30 +427,3 @@ def _facing_emulator_port(spec: TopologySpec, pep: str) -> tuple[str, str]:
                 return other, other_port
             frontier.append((other, next(p for p in t.ports if p != other_port)))
     return "", ""
-
-
-def segment_of(spec: TopologySpec, node: str) -> Segment | None:
-    for seg in spec.segments:
-        if node in seg.transparent or any(m.node == node for m in seg.members):
-            return seg
-    return None
-
-
-def transit_routes(spec: TopologySpec, node: str) -> tuple[Route, ...]:
-    """Routes for a transparent node's own connections (a PEP's upstream
-    legs): every subnet beyond its segment, via the router on the segment
-    that has it attached or routes it without coming back to the segment."""
-    seg = segment_of(spec, node)
-    if seg is None or seg.subnet is None:
-        return ()
-    here = {m.node: spec.routers[m.node].addresses[m.port].ip for m in seg.members if m.node in spec.routers}
-    out = []
-    for dest in sorted({s.subnet for s in spec.segments if s.subnet is not None and s.subnet != seg.subnet},
-                       key=str):
-        direct = [r for r in sorted(here) if any(a.network == dest for a in spec.routers[r].addresses.values())]
-        onward = [r for r in sorted(here) for route in spec.routers[r].routes
-                  if route.to == dest and route.via not in seg.subnet]
-        for r in direct + onward:
-            out.append(Route(dest, here[r]))
-            break
-    return tuple(out)

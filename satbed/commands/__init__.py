@@ -1,0 +1,1 @@
+"""The commands on top of every floor: each parses its arguments and drives the floors below."""
