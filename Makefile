@@ -9,18 +9,20 @@ export PYTHONPATH := $(CURDIR)
 export GOFLAGS := -buildvcs=false
 
 # Debian packages satbed uses (control plane, testbed, clients, analysis; brctl and
-# ifconfig for the SCPS gateway and its CI stand-in; Ansible for the physical test bed).
+# ifconfig for the SCPS gateway and its CI stand-in; Ansible for the physical test bed;
+# MkDocs for the documentation).
 DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest python3-hypothesis mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
         procps psmisc git ca-certificates mmdebstrap \
         ansible-core ansible-lint \
-        bridge-utils net-tools
+        bridge-utils net-tools \
+        mkdocs mkdocs-material
 
 GO_BINARIES := satemu pepd saratoga trafficgen
 BIN := $(CURDIR)/bin
 
-.PHONY: all deps go build images experiment test test-go test-py test-ansible bench clean lint
+.PHONY: all deps go build images experiment test test-go test-py test-docs test-ansible bench clean lint
 
 all: build
 
@@ -68,7 +70,7 @@ experiment: build
 	  [ $$rc -eq 130 ] && exit $$rc; \
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
-test: build test-go test-py
+test: build test-go test-py test-docs
 
 test-go:
 	go vet ./...
@@ -76,6 +78,12 @@ test-go:
 
 test-py:
 	$(PY) -m pytest -q tests
+
+# The documentation site builds without a warning (broken links, pages missing
+# from the nav); the site goes to a scratch directory.
+test-docs: deps
+	@d=$$(mktemp -d) && $(PY) -m mkdocs build --strict --quiet -f mkdocs.yml -d $$d; rc=$$?; rm -rf $$d; \
+	  [ $$rc -eq 0 ] && echo "docs: mkdocs build --strict ok"; exit $$rc
 
 # The physical test bed's playbooks on five containers standing in for the
 # machines, applied twice (changed=0 the second time), and a run across them

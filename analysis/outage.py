@@ -1,5 +1,5 @@
 """Outage-and-recovery metrics of a run of scenarios/outage.yaml (the
-ACK-reservation study, seed 003) and the study page over a matrix of them.
+ACK-reservation study of Zhu, Roy and Kim) and the study page over a matrix of them.
 
 Per run (run_metrics):
 - the outage schedule on the wall clock: the satellite emulator's
@@ -437,7 +437,7 @@ def study_page(matrix_dir: str | Path) -> Path | None:
     parts = ["<!doctype html><meta charset=utf-8><title>Outages and recovery</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;"
              "border-bottom:1px solid #ddd;text-align:right}td:first-child{text-align:left}</style>",
-             "<h1>Link outages and recovery (seed 003, ACK reservation)</h1>",
+             "<h1>Link outages and recovery (the ACK-reservation study)</h1>",
              f"<p>Recovery: seconds from link-up until the source sends at least {RECOVERED:.0%} of the link's "
              f"payload rate over {WINDOW_S} s, and over {WINDOW_LONG_S} s (LAN capture at the source). Throughput: data reaching the "
              "receiver over whole 40 s cycles from the first outage, as a fraction of the link's payload rate "

@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs", help="results directory (default ./runs)")
     r.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
                    help="testbed backend: namespaces (mininet), containers (docker; `make images` first) "
-                        "or the machines of an inventory (ansible; README, \"Physical test bed\")")
+                        "or the machines of an inventory (ansible; docs/testbed/physical.md)")
     r.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the Ansible inventory of the "
                                                        "test bed's machines (playbooks/inventory.example.yml)")
     link_args(r)

@@ -1,4 +1,4 @@
-"""The outage study (issue 15, seed 003): the scenario, the sender's cwnd
+"""The outage study (the ACK-reservation study): the scenario, the sender's cwnd
 trace and the recovery/throughput metrics (analysis/outage.py)."""
 
 from __future__ import annotations

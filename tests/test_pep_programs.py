@@ -9,7 +9,7 @@ SCPS gateway opens two taps, builds its bridges with brctl and ifconfig and
 splits TCP (the tests assert the split: LAN-side handshake short, other
 sequence numbers on the WAN, data intact by SHA-256). With
 SATBED_PEPSAL_BIN / SATBED_SCPS_BIN pointing at real builds
-(docker/README.md), the last tests run them."""
+(docs/peps/pepsal-scps.md), the last tests run them."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def test_split_verdict(legs, counts, health, expect):
 @needs_root
 def test_pepsal_split_at_both_ends_from_the_nodes_addresses(tmp_path):
     # The stand-in as patched to warn about the limit (like the local build
-    # this machine needs, docker/README.md).
+    # this machine needs, docs/peps/pepsal-scps.md).
     bin_ = wrapper(tmp_path, "pepsal", f"{STANDINS}/pepsal", STANDIN_LIMIT="warn")
     cp = satbed("run", "--pep", "pepsal", "--client", "scp", "--size", "2M", "--rtt", "100", "--no-analysis",
                 "--out", str(tmp_path / "runs"), env={"SATBED_PEPSAL_BIN": bin_}, timeout=600)

@@ -191,7 +191,7 @@ c.sendall(c.makefile("rb").readline())
 
 @pytest.mark.parametrize("mode", ["local", "end-to-end"])
 def test_spoofer_handshake_modes(tmp_path, mode):
-    """Seed 000's spoofer keeps connection setup end to end: with
+    """The spoofing study's spoofer keeps connection setup end to end: with
     handshake=end-to-end the client's connect takes the whole path's RTT
     (Internet 400 ms + satellite 100 ms here), not the satellite's alone,
     data still goes through the split, and a refused port is refused to

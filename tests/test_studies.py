@@ -1,5 +1,5 @@
 """The study pages of `satbed report` (satbed/report/studies.py) from stored cells:
-seed 000's spoofing figures and seed 001's four set-ups side by side."""
+the spoofing study's figures and the split-gateway study's four set-ups side by side."""
 
 from __future__ import annotations
 
@@ -68,13 +68,13 @@ def test_spoofing_page_draws_the_four_figures(tmp_path):
         for r in rows:
             s.put(r)
     page = open(charts.build(out)).read()
-    for name in ("seed000_throughput_vs_size", "seed000_percent_difference", "seed000_drops_vs_size",
-                 "seed000_gain_vs_flows"):
+    for name in ("spoofing_throughput_vs_size", "spoofing_percent_difference", "spoofing_drops_vs_size",
+                 "spoofing_gain_vs_flows"):
         assert f"id='{name}'" in page
         assert os.path.getsize(os.path.join(out, "charts", f"{name}.png")) > 5000
     assert "Where this departs from the study" in page
     assert "id='chart1'" not in page       # the Global Hawk charts are not this study's
-    assert "id='seed000_spoofer_buffer'" not in page     # no buffer trace stored
+    assert "id='spoofing_spoofer_buffer'" not in page     # no buffer trace stored
 
 
 def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
@@ -102,8 +102,8 @@ def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
         for r in rows:
             s.put(r)
     page = open(charts.build(out)).read()
-    assert "id='seed000_spoofer_buffer'" in page and "spoofer peak KB" in page
-    assert os.path.getsize(os.path.join(out, "charts", "seed000_spoofer_buffer.png")) > 5000
+    assert "id='spoofing_spoofer_buffer'" in page and "spoofer peak KB" in page
+    assert os.path.getsize(os.path.join(out, "charts", "spoofing_spoofer_buffer.png")) > 5000
 
 
 def _split_row(out: str, n: int, variant: str, kbps: float, seconds: float) -> CellRow:
@@ -135,7 +135,7 @@ def test_split_gateways_page_puts_the_four_setups_side_by_side(tmp_path):
         for r in rows:
             s.put(r)
     page = open(charts.build(out)).read()
-    assert "id='seed001_variants'" in page and "id='seed001_throughput_over_time'" in page
+    assert "id='split_gateways_variants'" in page and "id='split_gateways_throughput_over_time'" in page
     assert page.index(">terrestrial<") < page.index(">satellite<") < page.index(">large-windows<") \
         < page.index(">gateways<")
 
@@ -202,7 +202,7 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
         for r in rows:
             s.put(r)
     page = open(charts.build(out)).read()
-    for fig in ("seed004_utilisation_cdf", "seed004_flow_throughput_cdf", "seed004_over_time"):
+    for fig in ("acts_utilisation_cdf", "acts_flow_throughput_cdf", "acts_over_time"):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
     assert "<td>10.0</td><td>206</td><td>25</td>" in page   # late p99 ms, late max ms, steal %

@@ -268,11 +268,11 @@ def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbe
     assert procs["server-clientB-5301"]["by_status"] == {"stopped": 3}
 
 
-def test_readme_traffic_example_is_valid():
+def test_documented_traffic_example_is_valid():
     import re
     import yaml
     from satbed.model.workload import TrafficSpec
-    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    text = open(os.path.join(REPO, "docs", "guide", "traffic.md"), encoding="utf-8").read()
     block = re.search(r"\n(    traffic:\n(?:    .*\n|\s*\n)+?)\n(?! )", text).group(1)
     doc = yaml.safe_load("\n".join(line[4:] for line in block.splitlines()))
     spec = TrafficSpec.from_dict(doc["traffic"])

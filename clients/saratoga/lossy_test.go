@@ -41,7 +41,7 @@ type delayed struct {
 }
 
 // interopViolation says why another implementation would reject frame b
-// (the issue-20 interop findings), or "" if none would.
+// (the interoperability findings), or "" if none would.
 func interopViolation(b []byte) string {
 	if len(b) > FrameFor(DefaultMTU, 0) {
 		return fmt.Sprintf("frame of %d bytes above MTU-60", len(b))

@@ -1,5 +1,5 @@
 // Package access makes pepd behave as the satellite access node of the
-// ACK-reservation study (seed 003, MISSION.md 2c) for the data flowing from
+// ACK-reservation study (docs/studies/ack-reservation.md) for the data flowing from
 // the LAN into the satellite link: a bounded per-connection buffer of B
 // packets, ACK reservation above K·B, and outage detection on the WAN leg.
 //

@@ -54,7 +54,7 @@ type Options struct {
 	ConnLog          bool          // write one JSON line per finished connection
 	Workers          int           // processes sharing the listeners (SO_REUSEPORT); 0 = auto, as many as the open-file limit needs for MaxConns
 
-	// The access-node buffer (package access, seed 003): B packets per
+	// The access-node buffer (package access, the ACK-reservation study): B packets per
 	// connection for LAN->WAN data, ACK reservation above K·B, outage
 	// detection on the WAN leg, and a cap on the WAN leg's RTO backoff.
 	BufferPackets int           // B (0 = unbounded: the socket buffers as sized above)

@@ -10,7 +10,7 @@ the roles wired and configured. Everything above satbed.backends.net (runner,
 clients, PEP adapters, emulator control, captures) is unchanged: the
 machine is a Sandbox like a namespace or a container.
 
-Two things a lab provides (README, "Physical test bed"): satbed at the
+Two things a lab provides (docs/testbed/physical.md): satbed at the
 controller's checkout path on every machine (the satbed_host role puts it
 there), and the results directory at the same path on every machine
 (shared storage), since payloads, captures and PEP logs are written where
@@ -88,7 +88,7 @@ def _hostvars(path: str) -> dict[str, dict]:
     """Every host of an inventory with its variables, through
     `ansible-inventory` (any inventory Ansible reads: INI, YAML, a script)."""
     if not path:
-        raise SatbedError("--backend ansible needs --inventory FILE (README, \"Physical test bed\")")
+        raise SatbedError("--backend ansible needs --inventory FILE (docs/testbed/physical.md)")
     if not os.path.isfile(path):
         raise SatbedError(f"no inventory file {path}")
     try:

@@ -291,7 +291,7 @@ def intervals(rows: list[dict], port: str, interval_s: float) -> list[dict]:
     """One port's series cut into intervals of interval_s (from its first
     sample): per interval its start, egress bits/s, queue drops and packets
     sent, from the cumulative counters at the samples nearest each boundary
-    (the link-utilisation-per-interval view of the ACTS study, seed 004)."""
+    (the link-utilisation-per-interval view of the ACTS multi-flow study)."""
     rs = by_port(rows).get(port, [])
     if len(rs) < 2 or not interval_s > 0:
         return []

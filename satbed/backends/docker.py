@@ -290,7 +290,7 @@ def build_images(names: list[str] | None = None, log=print, force: bool = False)
     for s in order:
         missing = [r for r in s.requires if not os.path.exists(os.path.join(REPO_ROOT, r))]
         if missing:
-            log(f"{s.repo}: skipped, no {', '.join(missing)} (a lab supplies it: see docker/README.md)")
+            log(f"{s.repo}: skipped, no {', '.join(missing)} (a lab supplies it: see docs/peps/pepsal-scps.md)")
             continue
         if s.parent:
             if s.parent not in built:
@@ -331,7 +331,7 @@ def current_tag(name: str) -> str:
         s = spec(name)
         if s.requires:
             raise SatbedError(f"no image {ref}: place the lab's binary at {s.requires[0]} "
-                              "and run `make images` (docker/README.md)")
+                              "and run `make images` (docs/peps/pepsal-scps.md)")
         raise SatbedError(f"no image {ref}: run `make images`")
     return ref
 

@@ -23,7 +23,7 @@ from satbed.core.proc import BIN_DIR, REPO_ROOT, last_line
 from satbed.model.peps import check, is_image
 from satbed.core.settings import Settings
 
-# A lab's own PEPsal / SCPS gateway build on this machine (docker/README.md).
+# A lab's own PEPsal / SCPS gateway build on this machine (docs/peps/pepsal-scps.md).
 LAB_BINARIES = ("SATBED_PEPSAL_BIN", "SATBED_SCPS_BIN")
 
 

@@ -324,7 +324,7 @@ def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[di
             ref = {"ref_pct": 100 * m / ref_mean if m and ref_mean else None,
                    "ref_after_first_byte_pct": 100 * after / ref_after if after and ref_after else None}
         # What else tells the row apart: its variant and scenario paths
-        # (seed 000's competing-flow count, seed 001's set-up).
+        # (the spoofing study's competing-flow count, the split-gateway study's set-up).
         setting = " ".join(([str(p["variant"])] if p.get("variant") else []) +
                            [f"{k}={v}" for k, v in sorted(p.items()) if "." in k])
         out.append({"setting": setting,

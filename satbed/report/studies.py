@@ -1,10 +1,10 @@
 """Study pages: `satbed report DIR` on a scenario's matrix draws that study's
 own figure types from our runs, beside the generic charts.
 
-  seed 000 (scenarios/spoofing.yaml): throughput vs transfer size (regular /
+  TCP spoofing (scenarios/spoofing.yaml): throughput vs transfer size (regular /
       spoofed x sender / receiver view), percent difference vs size, dropped
       data packets of the main flow vs size, gain vs competing flows.
-  seed 001 (scenarios/split-gateways.yaml): the four set-ups side by side for
+  split gateways (scenarios/split-gateways.yaml): the four set-ups side by side for
       each metric (satellite-link throughput, RTT at the server, download
       time, server busy time) and the satellite link's throughput over time.
 
@@ -95,7 +95,7 @@ def _fmt(v: float | None, digits: int = 1) -> str:
 
 
 # --------------------------------------------------------------------------
-# Seed 000: TCP spoofing with cross traffic
+# The TCP spoofing study: spoofing with cross traffic
 
 FLOWS = "workload.traffic.groups.0.concurrent"
 SAT_NODE = "sat"        # the satellite emulator of topologies/spoofing.yaml
@@ -220,7 +220,7 @@ def _pct(spoofed: float | None, regular: float | None) -> float | None:
 
 
 def spoofing_tables(rows: list[CellRow], out: str | None = None) -> dict:
-    """The numbers the seed-000 figures plot, for the page and for tests:
+    """The numbers the spoofing study's figures plot, for the page and for tests:
     {(size, flows): {view: {"regular", "spoofed", "ci_regular", "ci_spoofed", "pct"}}, ...};
     with out (the matrix directory), the spoofer's peak buffer ("buffer_peak": mean, ci, n)."""
     pts = _spoof_points(rows, out)
@@ -250,11 +250,11 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
 
     tab = spoofing_tables(rows, out)
     if not tab:
-        return ["<h2>Seed 000: TCP spoofing</h2><p>No measured cells yet.</p>"]
+        return ["<h2>TCP spoofing study (Ishac and Allman)</h2><p>No measured cells yet.</p>"]
     sizes = sorted({k[0] for k in tab})
     flows = sorted({k[1] for k in tab})
     pkts = [max(1, round(s / PACKET)) for s in sizes]
-    parts = ["<h2>Seed 000: TCP spoofing with cross traffic (the study's figures, our runs)</h2>",
+    parts = ["<h2>TCP spoofing study (Ishac and Allman): spoofing with cross traffic, the study's figures from our runs</h2>",
              _spoof_config(out, rows)]
 
     # Figure 5: throughput vs size, four curves, one panel per competing-flow count.
@@ -277,7 +277,7 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.grid(alpha=.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    parts.append(_figure("seed000_throughput_vs_size", out, fig,
+    parts.append(_figure("spoofing_throughput_vs_size", out, fig,
                          "Throughput vs transfer size (study Figure 5): mean and 95% interval over repetitions; "
                          "from h1's first SYN, sender view until the last ACK reaches h5, receiver view until h1 "
                          "sends its last ACK (one clock: the captures on h1's and h5's ports)."))
@@ -297,7 +297,7 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
     ax.grid(alpha=.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    parts.append(_figure("seed000_percent_difference", out, fig,
+    parts.append(_figure("spoofing_percent_difference", out, fig,
                          "Percent difference of throughput, (spoofed - end to end) / end to end (study Figure 6); "
                          "positive: the spoofer helped."))
 
@@ -315,7 +315,7 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
     ax.grid(alpha=.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    parts.append(_figure("seed000_drops_vs_size", out, fig,
+    parts.append(_figure("spoofing_drops_vs_size", out, fig,
                          "Dropped data packets of the main flow vs size (study Figure 8): the sender's "
                          "retransmissions, plus the spoofer's on the satellite leg when spoofed."))
 
@@ -335,7 +335,7 @@ def spoofing_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.grid(alpha=.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    parts.append(_figure("seed000_gain_vs_flows", out, fig,
+    parts.append(_figure("spoofing_gain_vs_flows", out, fig,
                          "Gain of spoofing vs the number of competing flows, per transfer size "
                          "(study Figures 9 and 10)."))
 
@@ -393,7 +393,7 @@ def _buffer_figure(out: str, rows: list[CellRow], flows: list[int], plt) -> str:
     ax.grid(alpha=.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _figure("seed000_spoofer_buffer", out, fig,
+    return _figure("spoofing_spoofer_buffer", out, fig,
                    f"Data accumulating at the spoofer over time: pepd's buffered bytes (LAN receive queue, "
                    f"relay pipe and WAN send queue of its connections; trace_interval samples), "
                    f"{max(1, round(largest / PACKET))}-packet transfers, first repetition. The table's "
@@ -448,7 +448,7 @@ def _spoof_config(out: str, rows: list[CellRow]) -> str:
 
 
 # --------------------------------------------------------------------------
-# Seed 001: split gateways
+# The split-connection gateway study
 
 VARIANTS_001 = ("terrestrial", "satellite", "large-windows", "gateways")
 
@@ -474,7 +474,7 @@ def _busy_s(r: CellRow, server: str) -> float | None:
 
 
 def split_tables(out: str, rows: list[CellRow]) -> dict:
-    """{variant: {metric: (mean, ci, n)}} for the seed-001 page (and tests)."""
+    """{variant: {metric: (mean, ci, n)}} for the split-gateway study's page (and tests)."""
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r.status not in MEASURED:
@@ -510,9 +510,9 @@ def split_gateways_page(out: str, rows: list[CellRow]) -> list[str]:
 
     tab = split_tables(out, rows)
     if not tab:
-        return ["<h2>Seed 001: split gateways</h2><p>No measured cells yet.</p>"]
+        return ["<h2>Split-connection gateway study</h2><p>No measured cells yet.</p>"]
     order = [v for v in VARIANTS_001 if v in tab] + sorted(set(tab) - set(VARIANTS_001))
-    parts = ["<h2>Seed 001: split-connection gateways (the study's figures, our runs)</h2>", _split_config(out, rows)]
+    parts = ["<h2>Split-connection gateway study: the study's figures from our runs</h2>", _split_config(out, rows)]
     metrics = (("sat_kbps", "satellite-link throughput (kbit/s)", "Figure 4"),
                ("server_busy_s", "server busy time (s)", "Figure 5"),
                ("server_rtt_ms", "RTT measured at the server (ms)", "Figure 6"),
@@ -526,7 +526,7 @@ def split_gateways_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.set_title(f"{label}\n(study {fig_no})", fontsize=9)
         ax.grid(alpha=.3, axis="y")
     fig.tight_layout()
-    parts.append(_figure("seed001_variants", out, fig,
+    parts.append(_figure("split_gateways_variants", out, fig,
                          "The four set-ups side by side: mean over repetitions (95% interval where there are "
                          "several)."))
 
@@ -550,7 +550,7 @@ def split_gateways_page(out: str, rows: list[CellRow]) -> list[str]:
     ax.grid(alpha=.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    parts.append(_figure("seed001_throughput_over_time", out, fig,
+    parts.append(_figure("split_gateways_throughput_over_time", out, fig,
                          "Throughput on the satellite link over time, server to client (the emulator's "
                          "100 ms counters, 1 s means; repetition 0 of each set-up)."))
 
@@ -588,7 +588,7 @@ def _split_config(out: str, rows: list[CellRow]) -> str:
         "time series.</p>")
 
 
-# Seed 004: the ACTS multi-flow study (scenarios/multiflow-ber.yaml).
+# The ACTS multi-flow study (scenarios/multiflow-ber.yaml).
 
 T1_BPS = 1_536_000      # the study's T1 payload rate, as the routers shape it
 INTERVAL_S = 5.0        # the study's 5-minute intervals, compressed 60 times
@@ -840,9 +840,9 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
 
     tab = multiflow_tables(out, rows)
     if not tab:
-        return ["<h2>Seed 004: multi-flow TCP under a drifting BER</h2><p>No measured cells yet.</p>"]
+        return ["<h2>ACTS multi-flow study: TCP under a drifting BER</h2><p>No measured cells yet.</p>"]
     keys = sorted(tab, key=lambda k: (str(k[0]), str(k[1]), k[2] != "none", k[2]))
-    parts = ["<h2>Seed 004: hundreds of TCP flows under a drifting BER (the study's figures, our runs)</h2>",
+    parts = ["<h2>ACTS multi-flow study: hundreds of TCP flows under a drifting BER, the study's figures from our runs</h2>",
              _multiflow_config(out, rows)]
 
     # Figures 3/4: CDF of per-interval link utilisation, one curve per BER class.
@@ -860,7 +860,7 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.grid(alpha=.3)
         ax.legend(fontsize=6, title="BER (intervals)", title_fontsize=6)
     fig.tight_layout()
-    parts.append(_figure("seed004_utilisation_cdf", out, fig,
+    parts.append(_figure("acts_utilisation_cdf", out, fig,
                          "Link utilisation per interval by BER (study Figures 3 and 4): the OU -> GRC direction, "
                          "bytes the satellite link sent (delivered or corrupted) per 5 s over the T1 rate; "
                          "the hairline is the median."))
@@ -879,7 +879,7 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.grid(alpha=.3)
         ax.legend(fontsize=6, title="BER (flows)", title_fontsize=6)
     fig.tight_layout()
-    parts.append(_figure("seed004_flow_throughput_cdf", out, fig,
+    parts.append(_figure("acts_flow_throughput_cdf", out, fig,
                          "Per-connection throughput by the BER at the connection's midpoint (study Figures 6 "
                          "and 7): completed uploads from OU, goodput from the sender's own records."))
 
@@ -912,7 +912,7 @@ def multiflow_page(out: str, rows: list[CellRow]) -> list[str]:
         ax.legend(lines, [ln.get_label() for ln in lines], fontsize=6, loc="upper left")
     axes[-1, 0].set_xlabel("time since the emulator started (s)")
     fig.tight_layout()
-    parts.append(_figure("seed004_over_time", out, fig,
+    parts.append(_figure("acts_over_time", out, fig,
                          "Transmitted bytes, BER and drops over time (study Figures 2 and 5): OU -> GRC, "
                          "corruption drops on the link (emulator) and congestion drops at OU's router queue."))
 

@@ -5,7 +5,7 @@
 # evaluation", ACM SIGMETRICS 1998 (the SURGE generator): a lognormal body
 # (mu = 9.357, sigma = 1.318, natural log of bytes) and a Pareto tail
 # (alpha = 1.1) above k = 133 KB, fitted to Web server file sizes of the
-# late 1990s, the era of the ACTS multi-flow study (seed 004), whose TrafGen
+# late 1990s, the era of the ACTS multi-flow study, whose TrafGen
 # profile is not published. This table is COMPUTED from those model
 # parameters, not measured trace data, and the parameters were taken from
 # memory of the paper (no copy of it could be consulted while writing this

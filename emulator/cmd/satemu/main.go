@@ -1,7 +1,7 @@
 // Command satemu is a userspace satellite-link emulator: it bridges two
 // interfaces at layer 2 and applies, per direction, a drop-tail queue, an
 // HTB-like shaper, channel errors and propagation delay. See
-// emulator/README.md.
+// docs/components/satemu.md.
 package main
 
 import (

@@ -2,7 +2,7 @@
 # the PEP adapters (POSIX sh; needs ip and nft only). Source this file, then
 # call intercept_setup / intercept_teardown inside the PEP's namespace.
 #
-# How a frame reaches the proxy (MISSION.md section 4):
+# How a frame reaches the proxy (docs/components/pepd.md, "Interception"):
 #  1. bridge prerouting: TCP frames from a port are marked and rewritten to
 #     the bridge's own MAC with pkttype host, so the bridge hands them to
 #     the IP stack instead of forwarding them.
