@@ -511,6 +511,7 @@ type DirStats struct {
 	CBurstBytes     int               `json:"cburst_bytes"`
 	DelayMs         float64           `json:"delay_ms"`
 	BER             float64           `json:"ber"`
+	Loss            float64           `json:"loss"`
 	Up              bool              `json:"up"`
 	// The lateness histogram so far and its maximum, for the time series'
 	// per-interval lateness (not in the JSON: 2,990 buckets).
@@ -540,7 +541,7 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 	c := d.pl.Counters()
 	qp, qb := d.pl.QueueLen(now)
 	p := d.pl.Params()
-	rate, delay, ber, up := d.pl.Effective(now)
+	cond := d.pl.Effective(now)
 	d.mu.Unlock()
 	s := DirStats{
 		FramesIn: c.FramesIn, BytesIn: c.BytesIn,
@@ -551,8 +552,8 @@ func (d *Dir) snapshot(now time.Duration) DirStats {
 		QueuePackets: qp, QueueBytes: qb,
 		QueueHWPackets: c.QueueHWPackets, QueueHWBytes: c.QueueHWBytes,
 		InFlight: d.dl.len(),
-		RateBps:  rate, CeilBps: max(p.CeilBps, rate), BurstBytes: p.Burst, CBurstBytes: p.CBurst,
-		DelayMs: float64(delay) / 1e6, BER: ber, Up: up,
+		RateBps:  cond.Rate, CeilBps: max(p.CeilBps, cond.Rate), BurstBytes: p.Burst, CBurstBytes: p.CBurst,
+		DelayMs: float64(cond.Delay) / 1e6, BER: cond.BER, Loss: cond.Loss, Up: cond.Up,
 	}
 	s.late, s.lateMax = d.late.counts(), time.Duration(d.late.max.Load())
 	q, mx := s.late.quantiles(s.lateMax, 0.5, 0.99, 0.999), s.lateMax

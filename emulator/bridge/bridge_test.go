@@ -3,7 +3,9 @@ package bridge
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,5 +142,91 @@ func TestBridgeSet(t *testing.T) {
 	}
 	if c := br.Config(); c[AToB].Effective.DelayMs != 250 || c[BToA].Effective.CeilBps != 0 {
 		t.Errorf("config changed by failed set: %+v", c)
+	}
+	// Loss is set live, reported as written, as effective and as in force.
+	if err := br.Set(BToA, json.RawMessage(`{"loss":0.25}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`{"loss":1}`, `{"loss":-0.5}`, `{"loss":"x"}`} {
+		if err := br.Set(BToA, json.RawMessage(bad)); err == nil || !strings.Contains(err.Error(), "b_to_a: ") {
+			t.Errorf("set %s: %v, want an error naming the direction", bad, err)
+		}
+	}
+	c = br.Config()
+	if c[BToA].Config.Loss != 0.25 || c[BToA].Effective.Loss != 0.25 || c[AToB].Effective.Loss != 0 || c[BToA].Effective.DelayMs != 250 {
+		t.Errorf("config after loss set: %+v", c)
+	}
+	st := br.Snapshot()
+	if st.Dirs[BToA].Loss != 0.25 || st.Dirs[AToB].Loss != 0 {
+		t.Errorf("loss in force %v / %v, want 0.25 / 0", st.Dirs[BToA].Loss, st.Dirs[AToB].Loss)
+	}
+}
+
+// TestBridgeLossCounted: frames lost to loss are counted under their own
+// cause in the stats and in the time series, and nowhere else.
+func TestBridgeLossCounted(t *testing.T) {
+	cfg, err := config.Decode([]byte(`{"a_to_b":{"loss":0.5},"b_to_a":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := newChanPort(), newChanPort()
+	start := time.Now()
+	br, err := New(cfg, 1, func() time.Duration { return time.Since(start) }, a, b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- br.Run(ctx) }()
+	const n = 400
+	for i := 0; i < n; i++ {
+		a.rx <- bytes.Repeat([]byte{byte(i)}, 100)
+	}
+	var ab DirStats
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ab = br.Snapshot().Dirs[AToB]
+		if ab.FramesOut+ab.Drops["loss"] >= n || time.Now().After(end) {
+			break
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := br.Snapshot()
+	ab = st.Dirs[AToB]
+	lost := ab.Drops["loss"]
+	if ab.FramesIn != n || ab.FramesOut+lost != n || lost < n/4 || lost > 3*n/4 {
+		t.Fatalf("a_to_b: in %d, out %d, lost %d, want about half of %d lost", ab.FramesIn, ab.FramesOut, lost, n)
+	}
+	for cause, v := range ab.Drops {
+		if cause != "loss" && v != 0 {
+			t.Errorf("%d drops counted as %s", v, cause)
+		}
+	}
+	var buf bytes.Buffer
+	tw, err := NewTimeseriesWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Write(st); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&buf).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range recs[0] {
+		col[name] = i
+	}
+	for _, r := range recs[1:] {
+		want := [2]string{"0", "0"}
+		if r[col["direction"]] == AToB {
+			want = [2]string{strconv.FormatUint(lost, 10), "0.5"}
+		}
+		if got := [2]string{r[col["drop_loss"]], r[col["loss"]]}; got != want {
+			t.Errorf("%s row: drop_loss, loss = %v, want %v", r[col["direction"]], got, want)
+		}
 	}
 }

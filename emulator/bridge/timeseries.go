@@ -11,12 +11,14 @@ import (
 // are cumulative since start; queue_*, in_flight and the link parameters
 // are instantaneous; late_* is the departure lateness of the frames sent
 // since the previous row (0 if none), so a stall shows in the rows it hit
-// instead of vanishing into the run's quantiles.
+// instead of vanishing into the run's quantiles. Columns added later go at
+// the end, so a reader that counts columns still finds the older ones.
 var TimeseriesHeader = []string{
 	"t_s", "direction", "frames_in", "bytes_in", "frames_out", "bytes_out",
 	"drop_queue", "drop_ber", "drop_gilbert_elliott", "drop_outage",
 	"tx_errors", "rx_kernel_drops", "queue_packets", "queue_bytes", "in_flight",
 	"rate_bps", "delay_ms", "ber", "up", "late_p50_us", "late_p99_us", "late_max_us",
+	"drop_loss", "loss",
 }
 
 // TimeseriesWriter writes one CSV row per direction per sample.
@@ -57,6 +59,7 @@ func (t *TimeseriesWriter) Write(s Stats) error {
 			u(d.TxErrors), u(d.RxKernelDrops), strconv.Itoa(d.QueuePackets), strconv.Itoa(d.QueueBytes),
 			strconv.Itoa(d.InFlight), f(d.RateBps), f(d.DelayMs), f(d.BER), strconv.FormatBool(d.Up),
 			u(uint64(late[0].Microseconds())), u(uint64(late[1].Microseconds())), u(uint64(late[2].Microseconds())),
+			u(d.Drops["loss"]), f(d.Loss),
 		}
 		if err := t.w.Write(row); err != nil {
 			return err

@@ -3,9 +3,27 @@ package bridge
 import (
 	"bytes"
 	"encoding/csv"
+	"slices"
 	"testing"
 	"time"
 )
+
+// Readers that count columns keep working: the columns that existed before
+// loss keep their names and places.
+func TestTimeseriesHeaderKeepsOlderColumns(t *testing.T) {
+	older := []string{
+		"t_s", "direction", "frames_in", "bytes_in", "frames_out", "bytes_out",
+		"drop_queue", "drop_ber", "drop_gilbert_elliott", "drop_outage",
+		"tx_errors", "rx_kernel_drops", "queue_packets", "queue_bytes", "in_flight",
+		"rate_bps", "delay_ms", "ber", "up", "late_p50_us", "late_p99_us", "late_max_us",
+	}
+	if !slices.Equal(TimeseriesHeader[:len(older)], older) {
+		t.Errorf("header %v does not start with the older columns %v", TimeseriesHeader, older)
+	}
+	if got := TimeseriesHeader[len(older):]; !slices.Equal(got, []string{"drop_loss", "loss"}) {
+		t.Errorf("new columns %v", got)
+	}
+}
 
 // Each row's late_* columns cover only the frames sent since the previous
 // row: a 30 ms stall shows in its own row and not in the rows around it.

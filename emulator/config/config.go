@@ -45,6 +45,7 @@ type Direction struct {
 	CBurstBytes    int      `json:"cburst_bytes,omitempty"`
 	DelayMs        float64  `json:"delay_ms"`
 	BER            float64  `json:"ber"`
+	Loss           float64  `json:"loss"` // per packet, whatever its size (netem's loss as a fraction)
 	QueuePackets   *int     `json:"queue_packets,omitempty"`
 	QueueBytes     int      `json:"queue_bytes,omitempty"`
 	GilbertElliott *GE      `json:"gilbert_elliott"`
@@ -78,6 +79,7 @@ type Effective struct {
 	SustainedBytes float64 `json:"sustained_bucket_bytes"`
 	DelayMs        float64 `json:"delay_ms"`
 	BER            float64 `json:"ber"`
+	Loss           float64 `json:"loss"`
 	QueuePackets   int     `json:"queue_packets"`
 	QueueBytes     int     `json:"queue_bytes"`
 	GilbertElliott *GE     `json:"gilbert_elliott"`
@@ -232,6 +234,10 @@ func (d Direction) Effective() (Effective, error) {
 		return e, err
 	}
 	e.BER = d.BER
+	if err := unit("loss", d.Loss, false); err != nil {
+		return e, err
+	}
+	e.Loss = d.Loss
 	e.QueuePackets = DefaultQueuePackets
 	if d.QueuePackets != nil {
 		e.QueuePackets = *d.QueuePackets
@@ -289,6 +295,7 @@ func (d Direction) Params() (link.Params, error) {
 		Burst: e.BurstBytes, CBurst: e.CBurstBytes,
 		Delay:        time.Duration(math.Round(e.DelayMs * 1e6)),
 		BER:          e.BER,
+		Loss:         e.Loss,
 		QueuePackets: e.QueuePackets, QueueBytes: e.QueueBytes,
 	}
 	if g := e.GilbertElliott; g != nil {

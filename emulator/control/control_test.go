@@ -2,12 +2,14 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +40,7 @@ func TestHandle(t *testing.T) {
 		{`{"op":"clock"}`, true, `"clock_started_s":1.5`},
 		{`{"op":"stats"}`, true, `"frames":2`},
 		{`{"op":"set","dir":"a_to_b","params":{"delay_ms":5}}`, true, `"ok":true`},
+		{`{"op":"set","dir":"a_to_b","params":{"loss":0.1}}`, true, `"ok":true`},
 		{`{"op":"set","dir":"zz","params":{}}`, false, "bad dir"},
 		{`{"op":"set","dir":"a_to_b"}`, false, "params"},
 		{`{"op":"nope"}`, false, "unknown op"},
@@ -51,7 +54,7 @@ func TestHandle(t *testing.T) {
 			t.Errorf("%s -> %s", tc.line, b)
 		}
 	}
-	if len(h.set) != 1 || h.set[0] != `{"delay_ms":5}` {
+	if len(h.set) != 2 || h.set[0] != `{"delay_ms":5}` || h.set[1] != `{"loss":0.1}` {
 		t.Errorf("set calls %v", h.set)
 	}
 }
@@ -108,14 +111,55 @@ func TestSocketModeIgnoresUmask(t *testing.T) {
 	}
 }
 
+// FuzzParseRequest: whatever the line, an accepted request names a known op,
+// a set carries a JSON object, and the request survives re-encoding.
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"op":"get"}`))
 	f.Add([]byte(`{"op":"set","dir":"both","params":{"ber":1e-7}}`))
+	f.Add([]byte(`{"op":"set","dir":"a_to_b","params":{"loss":0.1,"ber":1e-7}}`))
+	f.Add([]byte(`{"op":"set","dir":"b_to_a","params":{"loss":1}}`))
+	f.Add([]byte(`{"op":"set","dir":"both","params":"loss"}`))
 	f.Add([]byte(`{"op":"stats"}`))
+	f.Add([]byte(`{"op":"clock"}`))
+	f.Add([]byte(`{"op":"set","dir":"<","params":{"a":"<&>","n":1e400}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		r, err := ParseRequest(line)
-		if err == nil && r.Op != "get" && r.Op != "set" && r.Op != "stats" {
+		if err != nil {
+			return
+		}
+		switch r.Op {
+		case "get", "stats", "clock":
+		case "set":
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(r.Params, &obj); err != nil || obj == nil {
+				t.Fatalf("set accepted with params %q (%v)", r.Params, err)
+			}
+		default:
 			t.Fatalf("accepted op %q", r.Op)
 		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := ParseRequest(again)
+		if err != nil || r2.Op != r.Op || r2.Dir != r.Dir || !reflect.DeepEqual(decode(t, r2.Params), decode(t, r.Params)) {
+			t.Fatalf("%q re-encoded as %q parses to %+v, %v", line, again, r2, err)
+		}
 	})
+}
+
+// decode gives raw JSON's value, numbers as written, so that re-encoding
+// (which escapes HTML characters) compares equal.
+func decode(t *testing.T, raw json.RawMessage) any {
+	t.Helper()
+	if len(raw) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -3,6 +3,7 @@ package link
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,126 @@ func TestPERStatistical(t *testing.T) {
 		sd := math.Sqrt(p * (1 - p) / n)
 		if math.Abs(got-p) > 4*sd {
 			t.Errorf("size %d: loss %.4f, formula %.4f (sd %.4f)", size, got, p, sd)
+		}
+	}
+}
+
+// TestLossStatistical checks netem's meaning of loss: the same share of
+// small and large frames is lost, a loss does not make the next frame more
+// likely to go (no bursts), and the frames go to the loss counter alone.
+func TestLossStatistical(t *testing.T) {
+	const loss, n = 0.1, 200000
+	sizes := [2]int{64, 1514}
+	pl := NewPipeline(Params{Loss: loss}, 42, 0)
+	var in, lost [2]float64
+	var afterLoss, lostAfterLoss float64
+	prev := false
+	for i := 0; i < n; i++ {
+		k := i % 2
+		v := pl.Arrive(time.Duration(i)*time.Microsecond, sizes[k])
+		in[k]++
+		dropped := v.Cause != None
+		if dropped {
+			lost[k]++
+			if v.Cause != DropLoss {
+				t.Fatalf("frame %d dropped by %v", i, v.Cause)
+			}
+		}
+		if prev {
+			afterLoss++
+			if dropped {
+				lostAfterLoss++
+			}
+		}
+		prev = dropped
+	}
+	// Four standard deviations: about 0.4 percentage points per size here.
+	sd := func(n float64) float64 { return math.Sqrt(loss * (1 - loss) / n) }
+	for k, size := range sizes {
+		if f := lost[k] / in[k]; math.Abs(f-loss) > 4*sd(in[k]) {
+			t.Errorf("%d-byte frames: lost %.4f, want %.2f +- %.4f", size, f, loss, 4*sd(in[k]))
+		}
+	}
+	small, large := lost[0]/in[0], lost[1]/in[1]
+	if d := math.Abs(small - large); d > 4*math.Sqrt2*sd(in[0]) {
+		t.Errorf("loss depends on size: %.4f of %d-byte frames, %.4f of %d-byte", small, sizes[0], large, sizes[1])
+	}
+	if f := lostAfterLoss / afterLoss; math.Abs(f-loss) > 4*sd(afterLoss) {
+		t.Errorf("lost after a loss %.4f, want %.2f: losses are not independent", f, loss)
+	}
+	c := pl.Counters()
+	if c.Drops[DropLoss] != uint64(lost[0]+lost[1]) || c.Drops[DropBER] != 0 || c.FramesIn != n {
+		t.Errorf("counters %+v, want %v loss drops", c, lost[0]+lost[1])
+	}
+}
+
+func TestLossZeroDropsNothing(t *testing.T) {
+	pl := NewPipeline(Params{}, 42, 0)
+	for i := 0; i < 200000; i++ {
+		pl.Arrive(time.Duration(i)*time.Microsecond, 64+i%1451)
+	}
+	if c := pl.Counters(); c.Drops != [NumCauses]uint64{} {
+		t.Errorf("drops %v with no loss configured", c.Drops)
+	}
+}
+
+// TestLossWithBER: both models at once, each drawn on its own: a frame is
+// lost with 1-(1-loss)(1-PER), and loss, drawn first, takes its full share.
+func TestLossWithBER(t *testing.T) {
+	const loss, ber, size, n = 0.05, 2e-5, 1514, 100000
+	pl := NewPipeline(Params{Loss: loss, BER: ber}, 9, 1)
+	for i := 0; i < n; i++ {
+		pl.Arrive(time.Duration(i)*time.Microsecond, size)
+	}
+	c := pl.Counters()
+	per := PER(ber, size)
+	for _, k := range []struct {
+		what string
+		got  uint64
+		want float64
+	}{
+		{"loss", c.Drops[DropLoss], loss},
+		{"ber", c.Drops[DropBER], (1 - loss) * per},
+		{"total", c.Drops[DropLoss] + c.Drops[DropBER], 1 - (1-loss)*(1-per)},
+	} {
+		f, sd := float64(k.got)/n, math.Sqrt(k.want*(1-k.want)/n)
+		if math.Abs(f-k.want) > 4*sd {
+			t.Errorf("%s: %.4f of frames, want %.4f +- %.4f", k.what, f, k.want, 4*sd)
+		}
+	}
+}
+
+// TestLossRepeatable: NewPipeline's two PRNG numbers alone decide which
+// frames are lost, and a link without loss draws exactly one number per
+// frame for its BER, as it did before loss existed, so older runs repeat.
+func TestLossRepeatable(t *testing.T) {
+	fates := func(p Params, key, stream uint64) []Cause {
+		pl := NewPipeline(p, key, stream)
+		out := make([]Cause, 5000)
+		for i := range out {
+			out[i] = pl.Arrive(time.Duration(i)*time.Microsecond, 200+i%1300).Cause
+		}
+		return out
+	}
+	p := Params{Loss: 0.1, BER: 1e-5}
+	a := fates(p, 7, 0)
+	if b := fates(p, 7, 0); !slices.Equal(a, b) {
+		t.Error("same PRNG numbers, different losses")
+	}
+	if b := fates(p, 7, 1); slices.Equal(a, b) {
+		t.Error("other stream, same losses")
+	}
+	if b := fates(p, 8, 0); slices.Equal(a, b) {
+		t.Error("other first PRNG number, same losses")
+	}
+	rng := rand.New(rand.NewPCG(7, 0))
+	for i, c := range fates(Params{BER: 1e-4}, 7, 0) {
+		want := None
+		if rng.Float64() < PER(1e-4, 200+i%1300) {
+			want = DropBER
+		}
+		if c != want {
+			t.Fatalf("frame %d: %v, want %v: loss 0 changed the BER draws", i, c, want)
 		}
 	}
 }
@@ -195,8 +316,8 @@ func TestSchedulesHeldThenStarted(t *testing.T) {
 	pl.HoldSchedules()
 	// Held: the link is up through what would be the first outage.
 	for _, at := range []time.Duration{0, 5 * time.Second, 9 * time.Second} {
-		if _, d, _, up := pl.Effective(at); !up || d != 250*time.Millisecond {
-			t.Errorf("held at %v: up=%v delay=%v", at, up, d)
+		if c := pl.Effective(at); !c.Up || c.Delay != 250*time.Millisecond {
+			t.Errorf("held at %v: up=%v delay=%v", at, c.Up, c.Delay)
 		}
 	}
 	// Started at 100 s: the schedule counts from there.
@@ -206,7 +327,7 @@ func TestSchedulesHeldThenStarted(t *testing.T) {
 		down bool
 	}{{100 * time.Second, true}, {109 * time.Second, true}, {110 * time.Second, false}, {140 * time.Second, true}}
 	for _, tc := range tests {
-		if _, _, _, up := pl.Effective(tc.at); up == tc.down {
+		if up := pl.Effective(tc.at).Up; up == tc.down {
 			t.Errorf("started at 100 s, at %v: up=%v want down=%v", tc.at, up, tc.down)
 		}
 	}
@@ -273,6 +394,37 @@ func TestProfileFollowAndNoReorder(t *testing.T) {
 	}
 }
 
+// TestProfileLoss: a profile's loss replaces the configured one from its
+// point on, in CSV and JSON alike.
+func TestProfileLoss(t *testing.T) {
+	for _, text := range []string{
+		"t_s,loss\n1,0.5\n2,0\n",
+		`[{"t_s":1,"loss":0.5},{"t_s":2,"loss":0}]`,
+	} {
+		prof, err := ParseProfile([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := NewPipeline(Params{Loss: 0.2, Profile: prof}, 1, 0)
+		var lost [3]float64
+		for i := 0; i < 30000; i++ {
+			now := time.Duration(i) * 100 * time.Microsecond
+			if pl.Arrive(now, 1000).Cause == DropLoss {
+				lost[now/time.Second]++
+			}
+		}
+		// 10,000 frames a second: 4 sd is under 0.02 at these shares.
+		for sec, want := range []float64{0.2, 0.5, 0} {
+			if f := lost[sec] / 10000; math.Abs(f-want) > 0.02 {
+				t.Errorf("%q: second %d lost %.3f, want %.1f", text, sec, f, want)
+			}
+		}
+		if got := pl.Effective(1500 * time.Millisecond).Loss; got != 0.5 {
+			t.Errorf("%q: loss in force at 1.5 s %v, want 0.5", text, got)
+		}
+	}
+}
+
 func TestProfileRate(t *testing.T) {
 	prof, err := ParseProfile([]byte(`[{"t_s":0,"rate_bps":8000000},{"t_s":10,"rate_bps":1000000}]`))
 	if err != nil {
@@ -302,12 +454,19 @@ func TestProfileParseErrors(t *testing.T) {
 		"ber\n0.1\n",
 		"t_s,foo\n1,2\n",
 		"t_s,ber\n1,2\n",
+		"t_s,loss\n0,1\n",
+		"t_s,loss\n0,-0.1\n",
+		"t_s,loss\n0,NaN\n",
+		"t_s,loss\n0,+Inf\n",
+		"t_s,loss,loss\n0,0,0\n",
 		"t_s,ber\n2,0\n1,0\n",
 		"t_s,up\n1,maybe\n",
 		"t_s,delay_ms\n-1,5\n",
 		`[{"t_s":1,"bogus":2}]`,
 		`[{"ber":0.1}]`,
 		`[{"t_s":0,"rate_bps":0}]`,
+		`[{"t_s":0,"loss":1}]`,
+		`[{"t_s":0,"loss":"0.1"}]`,
 		`[{"t_s":0}] x`,
 	}
 	for _, s := range bad {
@@ -321,6 +480,8 @@ func FuzzParseProfile(f *testing.F) {
 	f.Add([]byte("t_s,ber,delay_ms,rate_bps,up\n0,1e-5,300,8000000,true\n10,,250,,false\n"))
 	f.Add([]byte(`[{"t_s":0,"ber":1e-7},{"t_s":5.5,"delay_ms":120,"up":false}]`))
 	f.Add([]byte("# comment\nt_s\n1\n"))
+	f.Add([]byte("t_s,loss,ber\n0,0.1,1e-6\n2,0,\n3,0.999,\n"))
+	f.Add([]byte(`[{"t_s":0,"loss":0.25},{"t_s":1,"loss":0}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := ParseProfile(data)
 		if err != nil {
@@ -328,6 +489,14 @@ func FuzzParseProfile(f *testing.F) {
 				t.Fatal("empty error")
 			}
 			return
+		}
+		// Only probabilities get through.
+		for _, s := range []series{p.ber, p.loss} {
+			for _, st := range s {
+				if !(st.v >= 0 && st.v < 1) {
+					t.Fatalf("accepted probability %v", st.v)
+				}
+			}
 		}
 		// Whatever parsed must be usable.
 		pl := NewPipeline(Params{RateBps: 1e6, CeilBps: 1e6, Burst: 1600, CBurst: 1600, Profile: p}, 1, 0)

@@ -13,6 +13,7 @@ const (
 	None Cause = iota
 	DropQueue
 	DropBER
+	DropLoss
 	DropGE
 	DropOutage
 	numCauses
@@ -21,7 +22,7 @@ const (
 // NumCauses is the number of drop causes including None (for counter arrays).
 const NumCauses = int(numCauses)
 
-var causeNames = [...]string{"none", "queue", "ber", "gilbert_elliott", "outage"}
+var causeNames = [...]string{"none", "queue", "ber", "loss", "gilbert_elliott", "outage"}
 
 func (c Cause) String() string { return causeNames[c] }
 
@@ -31,8 +32,9 @@ type Params struct {
 	Burst, CBurst    int     // effective bucket sizes in bytes
 	Delay            time.Duration
 	BER              float64
-	QueuePackets     int // 0 = no packet limit
-	QueueBytes       int // 0 = no byte limit
+	Loss             float64 // netem's loss: per frame, independent of size and of other frames
+	QueuePackets     int     // 0 = no packet limit
+	QueueBytes       int     // 0 = no byte limit
 	GE               *GE
 	Outage           *Outage
 	Profile          *Profile
@@ -118,27 +120,36 @@ func (pl *Pipeline) QueueLen(now time.Duration) (packets, bytes int) {
 	return pl.qN, pl.qBytes
 }
 
-// Effective returns the rate (bit/s, 0 = unshaped), one-way delay, BER and
-// up state in force at t, with the profile applied.
-func (pl *Pipeline) Effective(t time.Duration) (rate float64, delay time.Duration, ber float64, up bool) {
-	rate = pl.p.RateBps
+// Conditions are the link values in force at one moment.
+type Conditions struct {
+	Rate  float64 // bit/s, 0 = unshaped
+	Delay time.Duration
+	BER   float64
+	Loss  float64
+	Up    bool
+}
+
+// Effective returns the conditions in force at t, with the profile applied.
+func (pl *Pipeline) Effective(t time.Duration) Conditions {
+	c := Conditions{Rate: pl.p.RateBps, Delay: pl.p.Delay, BER: pl.p.BER, Loss: pl.p.Loss, Up: true}
 	if pl.held {
-		return rate, pl.p.Delay, pl.p.BER, true
+		return c
 	}
 	t -= pl.origin
 	if r, ok := pl.p.Profile.Rate(t); ok {
-		rate = r
+		c.Rate = r
 	}
-	delay = pl.p.Delay
 	if d, ok := pl.p.Profile.Delay(t); ok {
-		delay = d
+		c.Delay = d
 	}
-	ber = pl.p.BER
 	if b, ok := pl.p.Profile.BER(t); ok {
-		ber = b
+		c.BER = b
 	}
-	up = pl.p.Profile.Up(t) && !pl.p.Outage.IsDown(t)
-	return rate, delay, ber, up
+	if l, ok := pl.p.Profile.Loss(t); ok {
+		c.Loss = l
+	}
+	c.Up = pl.p.Profile.Up(t) && !pl.p.Outage.IsDown(t)
+	return c
 }
 
 // HoldSchedules stops the outage and profile schedules until
@@ -195,14 +206,20 @@ func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
 		pl.c.QueueHWPackets = max(pl.c.QueueHWPackets, pl.qN)
 		pl.c.QueueHWBytes = max(pl.c.QueueHWBytes, pl.qBytes)
 	}
-	_, delay, ber, up := pl.Effective(exit)
+	c := pl.Effective(exit)
 	v := Verdict{Exit: exit}
+	// A model draws only when enabled, so a configuration without loss
+	// repeats, draw for draw, the drops it had before loss existed. Loss
+	// comes before BER as netem drops before it corrupts; the draws are
+	// independent, so a frame is lost with 1-(1-loss)(1-PER) in either order.
 	switch {
-	case !up:
+	case !c.Up:
 		v.Cause = DropOutage
 	case pl.p.GE != nil && pl.ge.Step(pl.p.GE, pl.rng, size):
 		v.Cause = DropGE
-	case ber > 0 && pl.rng.Float64() < PER(ber, size):
+	case c.Loss > 0 && pl.rng.Float64() < c.Loss:
+		v.Cause = DropLoss
+	case c.BER > 0 && pl.rng.Float64() < PER(c.BER, size):
 		v.Cause = DropBER
 	}
 	if v.Cause != None {
@@ -210,7 +227,7 @@ func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
 		return v
 	}
 	// Never reorder: a delay decrease makes later frames wait for earlier ones.
-	v.Depart = max(exit+delay, pl.lastDepart)
+	v.Depart = max(exit+c.Delay, pl.lastDepart)
 	pl.lastDepart = v.Depart
 	return v
 }

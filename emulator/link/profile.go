@@ -20,6 +20,7 @@ import (
 type ProfilePoint struct {
 	T       time.Duration
 	BER     *float64
+	Loss    *float64
 	DelayMs *float64
 	RateBps *float64
 	Up      *bool
@@ -29,8 +30,8 @@ type ProfilePoint struct {
 // latest point at or before t that sets it; before that, the static
 // configuration applies.
 type Profile struct {
-	ber, delay, rate series
-	up               []stepBool
+	ber, loss, delay, rate series
+	up                     []stepBool
 }
 
 type stepF struct {
@@ -59,6 +60,15 @@ func (p *Profile) BER(t time.Duration) (float64, bool) {
 		return 0, false
 	}
 	return p.ber.at(t)
+}
+
+// Loss returns the profile's per-packet loss probability at t, if one is in
+// force.
+func (p *Profile) Loss(t time.Duration) (float64, bool) {
+	if p == nil {
+		return 0, false
+	}
+	return p.loss.at(t)
 }
 
 // Delay returns the profile's one-way delay at t, if one is in force.
@@ -114,6 +124,12 @@ func NewProfile(points []ProfilePoint) (*Profile, error) {
 			}
 			p.ber = append(p.ber, stepF{pt.T, *pt.BER})
 		}
+		if pt.Loss != nil {
+			if !(*pt.Loss >= 0 && *pt.Loss < 1) {
+				return nil, fmt.Errorf("profile point %d: loss %v outside [0,1)", i+1, *pt.Loss)
+			}
+			p.loss = append(p.loss, stepF{pt.T, *pt.Loss})
+		}
 		if pt.DelayMs != nil {
 			if !(*pt.DelayMs >= 0 && *pt.DelayMs <= MaxDelayMs) {
 				return nil, fmt.Errorf("profile point %d: delay_ms %v outside [0,%d]", i+1, *pt.DelayMs, MaxDelayMs)
@@ -159,6 +175,7 @@ func ParseProfile(data []byte) (*Profile, error) {
 type jsonPoint struct {
 	TS      *float64 `json:"t_s"`
 	BER     *float64 `json:"ber"`
+	Loss    *float64 `json:"loss"`
 	DelayMs *float64 `json:"delay_ms"`
 	RateBps *float64 `json:"rate_bps"`
 	Up      *bool    `json:"up"`
@@ -183,7 +200,7 @@ func parseProfileJSON(data []byte) (*Profile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("point %d: %w", i+1, err)
 		}
-		pts = append(pts, ProfilePoint{T: t, BER: r.BER, DelayMs: r.DelayMs, RateBps: r.RateBps, Up: r.Up})
+		pts = append(pts, ProfilePoint{T: t, BER: r.BER, Loss: r.Loss, DelayMs: r.DelayMs, RateBps: r.RateBps, Up: r.Up})
 	}
 	return NewProfile(pts)
 }
@@ -196,7 +213,7 @@ func secondsToDuration(s float64) (time.Duration, error) {
 }
 
 // parseProfileCSV reads a header line naming columns among t_s (required),
-// ber, delay_ms, rate_bps, up; an empty cell leaves that parameter unchanged.
+// ber, loss, delay_ms, rate_bps, up; an empty cell leaves that parameter unchanged.
 // Lines starting with '#' are comments.
 func parseProfileCSV(data []byte) (*Profile, error) {
 	r := csv.NewReader(bytes.NewReader(data))
@@ -210,9 +227,9 @@ func parseProfileCSV(data []byte) (*Profile, error) {
 	for i, h := range header {
 		h = strings.TrimSpace(h)
 		switch h {
-		case "t_s", "ber", "delay_ms", "rate_bps", "up":
+		case "t_s", "ber", "loss", "delay_ms", "rate_bps", "up":
 		default:
-			return nil, fmt.Errorf("csv header: unknown column %q (want t_s, ber, delay_ms, rate_bps, up)", h)
+			return nil, fmt.Errorf("csv header: unknown column %q (want t_s, ber, loss, delay_ms, rate_bps, up)", h)
 		}
 		if _, dup := col[h]; dup {
 			return nil, fmt.Errorf("csv header: duplicate column %q", h)
@@ -253,7 +270,7 @@ func csvPoint(rec []string, col map[string]int) (ProfilePoint, error) {
 	for _, f := range []struct {
 		name string
 		dst  **float64
-	}{{"ber", &pt.BER}, {"delay_ms", &pt.DelayMs}, {"rate_bps", &pt.RateBps}} {
+	}{{"ber", &pt.BER}, {"loss", &pt.Loss}, {"delay_ms", &pt.DelayMs}, {"rate_bps", &pt.RateBps}} {
 		if _, ok := col[f.name]; !ok || cell(f.name) == "" {
 			continue
 		}

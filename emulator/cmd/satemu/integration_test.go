@@ -64,6 +64,7 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	cases := map[string]string{
 		"negative delay": `{"a_to_b":{"delay_ms":-5},"b_to_a":{}}`,
 		"ber":            `{"a_to_b":{"ber":1.5},"b_to_a":{}}`,
+		"loss":           `{"a_to_b":{},"b_to_a":{"loss":1}}`,
 		"rate 0":         `{"a_to_b":{"rate_bps":0},"b_to_a":{}}`,
 		"ceil < rate":    `{"a_to_b":{"rate_bps":8e6,"ceil_bps":1},"b_to_a":{}}`,
 		"profile":        `{"a_to_b":{"profile":"missing.csv"},"b_to_a":{}}`,
@@ -370,6 +371,49 @@ func TestBERLoss(t *testing.T) {
 	}
 }
 
+// TestPacketLoss sets loss live through the control socket and sends small,
+// then large datagrams: each size loses the configured share, and every
+// loss is counted as such.
+func TestPacketLoss(t *testing.T) {
+	const loss = 0.1
+	e := setup(t, `{"a_to_b":{},"b_to_a":{}}`)
+	snd, rcv, dst := e.udpPair(t, 7005)
+	var sink netns.Sink
+	go sink.RunSink(rcv)
+	e.pingRTTs(t, 2) // resolve ARP before frames start to go
+	if r, err := e.emu.Request(fmt.Sprintf(`{"op":"set","dir":"a_to_b","params":{"loss":%g}}`, loss)); err != nil || r["ok"] != true {
+		t.Fatalf("set: %v %v", r, err)
+	}
+	sent, received := 0, 0
+	for _, payload := range []int{64, 1500 - netns.WireOverhead} {
+		// 2,500 datagrams a second for 2 s.
+		n, err := netns.Blast(context.Background(), snd, dst, payload, 2500*float64(payload+netns.WireOverhead)*8, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent += n
+		e.awaitAccounted(t, &sink, sent)
+		got := sink.Count() - received
+		received += got
+		f := float64(n-got) / float64(n)
+		sd := math.Sqrt(loss * (1 - loss) / float64(n))
+		t.Logf("%d-byte frames: sent %d lost %d (%.4f)", payload+netns.WireOverhead, n, n-got, f)
+		if math.Abs(f-loss) > 4*sd {
+			t.Errorf("%d-byte frames: lost %.4f, want %.2f +- %.4f", payload+netns.WireOverhead, f, loss, 4*sd)
+		}
+	}
+	st, err := e.emu.DirStats("a_to_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost := st["drops"].(map[string]any)["loss"].(float64); lost != float64(sent-received) {
+		t.Errorf("loss drops %.0f != lost %d", lost, sent-received)
+	}
+	if st["loss"] != loss {
+		t.Errorf("loss in force %v, want %v", st["loss"], loss)
+	}
+}
+
 func TestControlSet(t *testing.T) {
 	e := setup(t, `{"seed":8,"a_to_b":{"delay_ms":5},"b_to_a":{"delay_ms":5}}`)
 	r, err := e.emu.Request(`{"op":"set","dir":"both","params":{"delay_ms":40}}`)
@@ -385,6 +429,26 @@ func TestControlSet(t *testing.T) {
 	for _, v := range e.pingRTTs(t, 4) {
 		if v < 79.9 || v >= 150 {
 			t.Errorf("rtt after set %v ms, want 80 (at most a machine's lateness more)", v)
+		}
+	}
+	// Loss is set after the pings, so that it cannot cost an echo; get
+	// reports it as set, and a refused set leaves it alone.
+	r, err = e.emu.Request(`{"op":"set","dir":"b_to_a","params":{"loss":0.001}}`)
+	if err != nil || r["ok"] != true {
+		t.Fatalf("loss set: %v %v", r, err)
+	}
+	r, err = e.emu.Request(`{"op":"set","dir":"b_to_a","params":{"loss":1}}`)
+	if err != nil || r["ok"] != false || !strings.Contains(fmt.Sprint(r["error"]), "b_to_a: loss 1 outside [0,1)") {
+		t.Fatalf("invalid loss set: %v %v", r, err)
+	}
+	r, err = e.emu.Request(`{"op":"get"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := r["config"].(map[string]any)["directions"].(map[string]any)
+	for name, want := range map[string]float64{"a_to_b": 0, "b_to_a": 0.001} {
+		if got := dirs[name].(map[string]any)["effective"].(map[string]any)["loss"]; got != want {
+			t.Errorf("get %s: loss %v, want %v", name, got, want)
 		}
 	}
 }
