@@ -69,6 +69,33 @@ def test_tc_netem_limit_holds_the_bandwidth_delay_product_and_the_buffer():
     assert float(netem[netem.index("loss") + 1].rstrip("%")) == pytest.approx(100 * d.per(1514), rel=1e-4)
 
 
+@pytest.mark.parametrize("ber, loss, want_percent", [
+    (0, 1e-5, 0.001),                       # the study's "0.001%": netem's per-packet loss as written
+    (0, 0.01, 1.0),
+    (1e-5, 0, 11.40728946242805),           # bit errors alone: a full frame's PER
+    (1e-5, 0.01, 100 * (1 - (1 - 0.1140728946242805) * 0.99)),   # both: two independent draws, one netem loss
+])
+def test_tc_netem_loss_combines_per_packet_loss_and_bit_errors(ber, loss, want_percent):
+    netem = compile_direction("eth1", Direction(delay_ms=300, ber=ber, loss=loss), seed=1, netem=True)[-1]
+    assert netem[netem.index("loss") + 1] == f"{want_percent:.6f}%"
+
+
+def test_loss_alone_needs_the_emulator_and_is_kept_in_the_configuration():
+    cfg = LinkConfig.symmetric(rtt_ms=0, loss="0.001%")
+    assert cfg.a_to_b.loss == cfg.b_to_a.loss == pytest.approx(1e-5)
+    assert cfg.a_to_b.needs_emulation()
+    assert cfg.to_dict()["a_to_b"]["loss"] == pytest.approx(1e-5)
+    assert LinkConfig.from_dict(cfg.to_dict()) == cfg
+    # A link without it keeps the configuration (and so the cell identity) it had before loss existed.
+    assert "loss" not in LinkConfig.symmetric(rtt_ms=600, ber=1e-5).to_dict()["a_to_b"]
+
+
+@pytest.mark.parametrize("loss", [1, -0.1, "100%", "x", True, float("nan")])
+def test_bad_loss_is_refused(loss):
+    with pytest.raises(SatbedError, match="loss"):
+        LinkConfig.symmetric(loss=loss)
+
+
 @needs_root
 def test_htb_shapes_for_real():
     """The tc backend's HTB part runs on this kernel (netem does not): the

@@ -289,8 +289,10 @@ def compile_direction(dev: str, d: Direction, seed: int, netem: bool) -> list[li
         limit = in_flight + d.queue_packets
         cmd = ["tc", "qdisc", "add", "dev", dev, *parent.split(), "handle", "10:", "netem",
                "limit", str(limit), "delay", f"{d.delay_ms:g}ms"]
-        if d.ber:
-            cmd += ["loss", f"{100 * d.per():.6f}%"]
+        if d.ber or d.loss:
+            # netem has one independent per-packet draw: bit errors on a
+            # full frame and per-packet loss combined into it.
+            cmd += ["loss", f"{100 * d.drop_rate():.6f}%"]
         cmds.append(cmd)
     elif d.rate_bps is not None:
         limit = d.queue_bytes or d.queue_packets * MTU_FRAME

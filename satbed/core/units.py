@@ -71,6 +71,24 @@ def parse_ber(text: str | int | float) -> float:
     return value
 
 
+def parse_loss(text: str | int | float) -> float:
+    """A per-packet loss probability in [0, 1), as netem's `loss` means it:
+    a fraction (1e-5), or a percentage with its sign (0.001%)."""
+    raw = text.strip() if isinstance(text, str) else text
+    percent = isinstance(raw, str) and raw.endswith("%")
+    try:
+        if isinstance(raw, bool):
+            raise TypeError
+        value = float(raw[:-1] if percent else raw)
+    except (TypeError, ValueError):
+        raise SatbedError(f"bad loss {text!r}: give a probability such as 1e-5, or a percentage such as 0.001%") from None
+    if percent:
+        value /= 100
+    if not 0 <= value < 1:
+        raise SatbedError(f"loss must be a probability in [0, 1), got {text!r}")
+    return value
+
+
 def frame_error_rate(ber: float, frame_bytes: int) -> float:
     """The share of frames of this size that independent bit errors at this
     BER damage: the one PER formula (emulators, link checks, cost model)."""

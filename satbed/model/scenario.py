@@ -36,7 +36,7 @@ from satbed.core.proc import REPO_ROOT
 from satbed.model import peps, profiles, workload
 from satbed.model.config import PepPlacement
 from satbed.model.link import LinkConfig
-from satbed.core.units import parse_ber, parse_delay_ms, parse_rate, parse_size
+from satbed.core.units import parse_ber, parse_delay_ms, parse_loss, parse_rate, parse_size
 
 SCENARIO_DIR = os.path.join(REPO_ROOT, "scenarios")
 TOP_KEYS = ("name", "description", "topology", "link", "links", "peps", "pep", "pep_options", "profiles",
@@ -45,7 +45,7 @@ MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_afte
 LINK_PARAMS = ("rate", "ceil", "rtt", "ber", "queue", "emulator")      # the `link:` block: matrix parameters
 # A named link's keys -> emulation.Direction fields, per direction.
 DIRECTION_KEYS = {"rate": "rate_bps", "ceil": "ceil_bps", "burst": "burst_bytes", "cburst": "cburst_bytes",
-                  "delay": "delay_ms", "ber": "ber", "queue": "queue_packets", "queue_bytes": "queue_bytes",
+                  "delay": "delay_ms", "ber": "ber", "loss": "loss", "queue": "queue_packets", "queue_bytes": "queue_bytes",
                   "gilbert_elliott": "gilbert_elliott", "outage": "outage", "profile": "profile"}
 
 
@@ -190,6 +190,8 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
                 v = parse_delay_ms(v, f"{w} delay")
             elif k == "ber":
                 v = parse_ber(v)
+            elif k == "loss":
+                v = parse_loss(v)
             elif k == "queue" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SatbedError(f"{w}: queue must be a positive number of packets")
             elif k == "profile" and isinstance(v, str):
