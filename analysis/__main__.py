@@ -13,7 +13,7 @@ from .tsg import Window
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m analysis",
                                  description="Run tcptrace on RUN_DIR/captures/*.pcap, store "
-                                             "result.json[\"analysis\"], graphs and report.html.")
+                                             "analysis.json, graphs and report.html.")
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--window", nargs=2, type=float, metavar=("START_S", "DURATION_S"),
                     help="zoomed time-sequence window in seconds from the run's first "

@@ -25,14 +25,15 @@ has runs of this scenario."""
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .figures import data_uri, plt, png
 from .pcap import PcapError, read_tcp
 
 BIN_S = 0.1
@@ -312,10 +313,6 @@ def traces(run_dir: str | Path) -> dict:
 
 def _figure(run_dir: Path, title: str, window: tuple[float, float] = (0.0, 60.0)) -> str:
     """cwnd, sending rate and buffer occupancy of one run over one cycle, as a data: URI PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from satbed.report.charts import png
     tr = traces(run_dir)
     fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
     lo, hi = window
@@ -337,7 +334,7 @@ def _figure(run_dir: Path, title: str, window: tuple[float, float] = (0.0, 60.0)
     axes[2].set_xlabel("seconds from the schedule's start (grey: link down)")
     fig.suptitle(title)
     fig.tight_layout()
-    return "data:image/png;base64," + base64.b64encode(png(fig)).decode()
+    return data_uri(png(fig))
 
 
 def _leg(m: RunMetrics) -> str:
@@ -347,10 +344,6 @@ def _leg(m: RunMetrics) -> str:
 def _throughput_figure(rows: list[RunMetrics]) -> str | None:
     """Throughput against K per B and WAN leg (the study's Figure 8 in
     kind; K = 1 is no reservation), as a data: URI PNG; None without pepd runs."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from satbed.report.charts import png
     series: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for m in rows:
         if m.pep == "none" or m.buffer_packets is None or m.throughput_fraction is None:
@@ -373,7 +366,7 @@ def _throughput_figure(rows: list[RunMetrics]) -> str | None:
     ax.set_ylabel("throughput / link rate")
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    return "data:image/png;base64," + base64.b64encode(png(fig)).decode()
+    return data_uri(png(fig))
 
 
 def _trace_choice(rows: list[RunMetrics], runs: list[Path]) -> list[tuple[RunMetrics, Path]]:
@@ -475,7 +468,6 @@ def study_page(matrix_dir: str | Path) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import sys
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python3 -m analysis.outage RUN_OR_MATRIX_DIR", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Self-contained HTML report of one run directory.
 
-`analyze_run` (re-exported from analysis.run) fills result.json["analysis"];
+`analyze_run` (re-exported from analysis.run) writes RUN/analysis.json;
 `write_report` renders RUN/report.html with every image embedded as a data:
 URI, so the file can be mailed or archived alone.  write_report redraws all
 graphs from RUN/analysis/<vantage>/*.xpl (re-running tcptrace on
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from satbed.core.files import write_text
+from satbed.results.metrics import read_analysis
 
-from .run import (VANTAGES, _classic_pcap, analyze_run, capture_paths, configured_window,
-                  load_json, run_window, update_result)
+from . import counters, traffic
+from .run import VANTAGES, _classic_pcap, analyze_run, capture_paths, configured_window, load_json, run_window
 from .tsg import Window, draw_from_xpl, generate_xplot
 
 __all__ = ["analyze_run", "write_report"]
@@ -259,11 +260,6 @@ def _vantage_section(run: Path, vantage: str, entry: dict[str, Any],
 
 def _testbed_sections(run: Path) -> list[str]:
     """Background traffic and router counters, where the run has them."""
-    try:
-        from satbed.backends import counters
-        from analysis import traffic
-    except ImportError:     # analysis used without satbed beside it
-        return []
     return [s for s in (traffic.report_section(str(run)), counters.report_section(str(run))) if s]
 
 
@@ -408,23 +404,27 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
     if not run.is_dir():
         raise FileNotFoundError(f"run directory not found: {run}")
     result, result_problem = load_json(run / "result.json")
-    analysis = (result or {}).get("analysis")
+    stored = read_analysis(str(run)) or {}
+    analysis = stored.get("analysis")
     present = {v for v, p in capture_paths(run).items() if p is not None}
     if not isinstance(analysis, dict) or not present <= set(analysis) or _stale(analysis):
         # Graphs are drawn below in any case; skip them here to avoid doing it twice.
         analysis = analyze_run(run, graphs=False, window=window)
-        result, result_problem = load_json(run / "result.json")
+        stored = read_analysis(str(run)) or {}
     if window is None:
         window = configured_window(run)
     origin, window = run_window(analysis, window)
     config, config_problem = load_json(run / "config.json")
     env, env_problem = load_json(run / "environment.json")
-    metrics = {k: v for k, v in (result or {}).items() if k != "analysis"}
+    # The run's figures and the analysis' own (connect time, end-to-end views)
+    # together; an older run's result.json carried both.
+    metrics = {**{k: v for k, v in (result or {}).items() if k != "analysis"},
+               **{k: v for k, v in stored.items() if k != "analysis"}}
 
     order = [v for v in VANTAGES if v in analysis] + sorted(set(analysis) - set(VANTAGES))
     sections = [
-        _headline(config, result if result is not None else None),
-        _end_to_end_section((result or {}).get("end_to_end_throughput")),
+        _headline(config, metrics if result is not None else None),
+        _end_to_end_section(metrics.get("end_to_end_throughput")),
         _overview(analysis, order),
         "<h2>Per vantage: metrics and graphs</h2>",
         "<p>Metrics from tcptrace -l -r per capture point. All graphs share one "
@@ -445,8 +445,7 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
            f"<p>Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} "
            f"UTC from <code>{_e(run.resolve())}</code>.</p>\n"
            + "\n".join(s for s in sections if s) + "\n</body></html>\n")
-    # Record what was drawn, so result.json names the PNGs that exist now.
-    update_result(run, analysis)
+    # A report writes its page and its images only: the stored metrics stay as measured.
     out = run / "report.html"
     write_text(out, doc)
     return out

@@ -1,8 +1,9 @@
 """Turn a run directory's captures into the "analysis" metrics.
 
-Layout (written by the runner):
-    RUN/captures/<vantage>.pcap   vantage in lan_a, wan_a, wan_b, lan_b (any subset)
-    RUN/result.json               gets the key "analysis"
+Layout:
+    RUN/captures/<vantage>.pcap   vantage in lan_a, wan_a, wan_b, lan_b (any subset; the runner's)
+    RUN/result.json               the runner's; read here, never written
+    RUN/analysis.json             ours: the metrics per vantage (satbed/results/metrics.py)
     RUN/analysis/<vantage>/       tcptrace outputs, xplot files, PNGs (ours)
 """
 
@@ -11,18 +12,17 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from satbed.core.files import write_json, write_text
-from typing import TYPE_CHECKING, Any
+from satbed.results.metrics import ANALYSIS_FILE, analysis_document
 
 from . import pcap as pcapmod
 from .acks import ack_rtt, retransmissions, sack_stats
 from .tcptrace import (Connection, TcptraceError, apply_csv_seconds, main_connection,
                        parse_long, run_tcptrace)
 from .throughput import direction_times, spoofing_throughput
-
-if TYPE_CHECKING:
-    from .tsg import Window
+from .tsg import Window, choose_window, draw_from_xpl, generate_xplot
 
 VANTAGES = ("lan_a", "wan_a", "wan_b", "lan_b")
 TCPDUMP = "/usr/bin/tcpdump"
@@ -136,7 +136,7 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket],
 
 
 def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
-                    window: "Window | None" = None,
+                    window: Window | None = None,
                     origin: float | None = None) -> dict[str, Any]:
     """Metrics for one capture; raises CaptureError/TcptraceError on failure."""
     outdir.mkdir(parents=True, exist_ok=True)
@@ -207,10 +207,9 @@ def udp_view(datagrams: list[pcapmod.UdpPacket]) -> dict[str, Any]:
     return {"datagrams": len(datagrams), "flows": rows}
 
 
-def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: "Window | None",
+def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: Window | None,
                 origin: float | None) -> None:
     """xplot files and PNGs of a vantage's main connection, into out["graphs"]."""
-    from .tsg import generate_xplot, draw_from_xpl  # matplotlib import is slow; only when drawing
     main = out["main"]
     data = main[main["data_direction"]]
     try:
@@ -222,8 +221,8 @@ def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: "Window |
 
 
 def analyze_run(run_dir: Path | str, graphs: bool = True,
-                window: "Window | None" = None) -> dict[str, Any]:
-    """Analyse every capture of a run and store the result in result.json["analysis"].
+                window: Window | None = None) -> dict[str, Any]:
+    """Analyse every capture of a run and store the result in RUN/analysis.json.
 
     Returns {vantage: metrics or {"error": ...}}.  One bad capture never
     prevents the others from being analysed.  The zoomed time-sequence graph
@@ -254,16 +253,15 @@ def analyze_run(run_dir: Path | str, graphs: bool = True,
         for vantage, src in sources.items():
             if "main" in analysis[vantage]:
                 draw_graphs(analysis[vantage], run / "analysis" / vantage, src, window, origin)
-    update_result(run, analysis)
+    write_analysis(run, analysis)
     return analysis
 
 
 def run_window(analysis: dict[str, Any],
-               window: "Window | None") -> tuple[float | None, "Window | None"]:
+               window: Window | None) -> tuple[float | None, Window | None]:
     """(time origin, zoom window) of a run: the origin is the earliest main-connection
     packet of any vantage; without an explicit window, one around the earliest
     retransmission any vantage saw.  (None, window) when no vantage has a main."""
-    from .tsg import choose_window
     mains = [e["main"] for e in analysis.values() if isinstance(e, dict) and e.get("main")]
     firsts = [m["first_packet"] for m in mains if m.get("first_packet") is not None]
     lasts = [m["last_packet"] for m in mains if m.get("last_packet") is not None]
@@ -290,8 +288,7 @@ def load_json(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     return data, None
 
 
-def configured_window(run: Path) -> "Window | None":
-    from .tsg import Window
+def configured_window(run: Path) -> Window | None:
     cfg, _ = load_json(run / "config.json")
     w = (cfg or {}).get("tsg_window")
     if not isinstance(w, dict):
@@ -385,24 +382,12 @@ def end_to_end(run: Path, analysis: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def update_result(run: Path, analysis: dict[str, Any]) -> None:
-    """Set result.json["analysis"] (and the capture's view of the connect
-    time), keeping every other key; written atomically."""
-    path = run / "result.json"
-    result: dict[str, Any] = {}
-    if path.exists():
-        try:
-            loaded = json.loads(path.read_text())
-            if isinstance(loaded, dict):
-                result = loaded
-        except json.JSONDecodeError:
-            # Keep the unreadable original next to the new file instead of losing it.
-            path.replace(run / "result.json.corrupt")
-    result["analysis"] = analysis
-    for key in ("tcp_handshake_ms", "tcp_handshake_vantage", "end_to_end_throughput"):
-        result.pop(key, None)
-    result.update(handshake_from_capture(run, analysis) or {})
+def write_analysis(run: Path, analysis: dict[str, Any]) -> None:
+    """Write RUN/analysis.json: the vantages' metrics, the capture's view of
+    the connect time and the end-to-end views; written atomically. The
+    runner's result.json is left as it wrote it."""
+    extra = {**(handshake_from_capture(run, analysis) or {})}
     e2e = end_to_end(run, analysis)
     if e2e is not None:
-        result["end_to_end_throughput"] = e2e
-    write_json(path, result)
+        extra["end_to_end_throughput"] = e2e
+    write_json(run / ANALYSIS_FILE, analysis_document(analysis, extra))

@@ -5,14 +5,16 @@ report_section() read only those files, so `satbed report` redraws them anywhere
 
 from __future__ import annotations
 
-from typing import Callable
-import base64
 import bisect
 import html
 import math
 import os
-from satbed.model.workload import TRAFFIC_DIR
+from typing import Callable
+
 from satbed.backends.traffic import load_flows, summary
+from satbed.model.workload import TRAFFIC_DIR
+
+from .figures import data_uri, plt, png
 
 
 def goodput_cdf(flows: list[dict], status: str = "completed",
@@ -64,10 +66,6 @@ def analyze(run_dir: str) -> dict:
 
 def plot(run_dir: str) -> bytes:
     """PNG: completed flows' goodput CDF (per direction) and open flows over time."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     flows = load_flows(run_dir)
     fig, (ax_cdf, ax_n) = plt.subplots(2, 1, figsize=(7.5, 6.4), dpi=110)
     cdf = goodput_cdf(flows)
@@ -93,7 +91,6 @@ def plot(run_dir: str) -> bytes:
     ax_n.grid(True, alpha=0.3)
     ax_n.set_title("Open flows over time", fontsize=11)
     fig.tight_layout()
-    from satbed.report.charts import png
     return png(fig)
 
 
@@ -103,7 +100,7 @@ def report_section(run_dir: str) -> str:
         return ""
     try:
         s = summary(run_dir)
-        png = plot(run_dir)
+        image = plot(run_dir)
     except Exception as e:  # a broken record file must not lose the report
         return f'<h2>Background traffic</h2><p class="error">{html.escape(str(e))}</p>'
     g = s["completed_goodput_bps"] or {}
@@ -115,10 +112,9 @@ def report_section(run_dir: str) -> str:
             ("retransmitted segments (sender side)", f"{s['retransmissions']:,}"),
             ("generator CPU (cores)", cpu or "NA")]
     body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    img = base64.b64encode(png).decode("ascii")
     return ("<h2>Background traffic</h2>\n"
             f"<p>trafficgen records in <code>{TRAFFIC_DIR}/</code>, one per flow.</p>\n"
             f"<table>{body}</table>\n"
-            f'<figure><img alt="traffic" src="data:image/png;base64,{img}"><figcaption>Goodput CDF of '
+            f'<figure><img alt="traffic" src="{data_uri(image)}"><figcaption>Goodput CDF of '
             "completed finite flows per direction, and the number of open flows over time.</figcaption>"
             "</figure>\n")
