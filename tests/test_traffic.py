@@ -109,6 +109,7 @@ def test_load_flows_joins_sender_retransmissions_and_counts_open_flows(tmp_path)
 
 
 def test_counter_summary_and_plot_from_a_stored_series(tmp_path):
+    from analysis import counters as drawn
     from satbed.backends import counters
     rows = []
     for i in range(5):
@@ -120,10 +121,10 @@ def test_counter_summary_and_plot_from_a_stored_series(tmp_path):
     _write(tmp_path / counters.SERIES, rows)
     s = counters.summarize(counters.read_series(str(tmp_path / counters.SERIES)))
     assert s["r1.eth1"]["dropped"] == 12 and s["r1.eth1"]["backlog_packets_max"] == 20
-    assert counters.plot(rows).startswith(b"\x89PNG")
-    cut = counters.intervals(rows, "r1.eth1", 0.2)
+    assert drawn.plot(rows).startswith(b"\x89PNG")
+    cut = drawn.intervals(rows, "r1.eth1", 0.2)
     assert [(c["t_s"], c["dropped"], round(c["tx_bps"])) for c in cut] == [(0.0, 6, 12000000), (0.2, 6, 12000000)]
-    assert "Router interface counters" in counters.report_section(str(tmp_path))
+    assert "Router interface counters" in drawn.report_section(str(tmp_path))
 
 
 # On real namespaces ---------------------------------------------------------

@@ -52,16 +52,16 @@ def test_analyze_run_notes_and_metrics(run_dir: Path, expected: dict) -> None:
     assert a["wan_a"]["partial"]["connections"] >= 1
     assert "not a pcap" in a["lan_b"]["error"]
 
-    # Analysis adds its own keys and keeps every key the runner wrote.
-    stored = json.loads((run_dir / "result.json").read_text())
-    runner_wrote = golden_result()
-    assert {k: v for k, v in stored.items() if k in runner_wrote} == runner_wrote
-    assert set(stored) - set(runner_wrote) == {"analysis", "tcp_handshake_ms", "tcp_handshake_vantage"}
+    # Analysis writes its own file and leaves the runner's result.json as it wrote it.
+    assert json.loads((run_dir / "result.json").read_text()) == golden_result()
+    stored = json.loads((run_dir / "analysis.json").read_text())
+    assert set(stored) == {"format", "vantages", "tcp_handshake_ms", "tcp_handshake_vantage"}
+    assert stored["format"] == 1
     # Client A opened the connection: its SYN at 11.018678, the SYN/ACK at
     # 11.018757, 0.079 ms, which tcptrace prints to a tenth of a millisecond.
     assert stored["tcp_handshake_vantage"] == "lan_a"
     assert stored["tcp_handshake_ms"] == 0.1
-    assert stored["analysis"]["lan_a"]["main"]["a2b"]["data_bytes"] == expected["a2b"]["data_bytes"]
+    assert stored["vantages"]["lan_a"]["main"]["a2b"]["data_bytes"] == expected["a2b"]["data_bytes"]
     assert (run_dir / "analysis" / "lan_a" / "long.txt").read_text().count("TCP connection 1:") == 1
 
 
@@ -72,7 +72,8 @@ def test_missing_and_empty_captures(tmp_path: Path) -> None:
     a = analyze_run(run, graphs=False)
     assert "missing" in a["lan_a"]["error"] and "missing" in a["lan_b"]["error"]
     assert "error" in a["wan_a"]
-    assert json.loads((run / "result.json").read_text())["analysis"] == a
+    assert json.loads((run / "analysis.json").read_text())["vantages"] == a
+    assert not (run / "result.json").exists()
 
 
 def test_bad_run_dir(tmp_path: Path) -> None:
@@ -83,8 +84,8 @@ def test_bad_run_dir(tmp_path: Path) -> None:
 def test_corrupt_result_json_is_kept(run_dir: Path) -> None:
     (run_dir / "result.json").write_text("{not json")
     analyze_run(run_dir, graphs=False)
-    assert (run_dir / "result.json.corrupt").read_text() == "{not json"
-    assert "analysis" in json.loads((run_dir / "result.json").read_text())
+    assert (run_dir / "result.json").read_text() == "{not json"
+    assert "lan_a" in json.loads((run_dir / "analysis.json").read_text())["vantages"]
 
 
 def test_pcap_reader_and_spoofing_throughput(expected: dict) -> None:

@@ -135,7 +135,7 @@ def test_end_to_end_view_behind_a_split_pep(tmp_path: Path) -> None:
             (run / "captures" / f"{v}.pcap").write_bytes(
                 lzma.decompress((DATA / "xcheck" / run_name / f"{v}.pcap.xz").read_bytes()))
         analyze_run(run, graphs=False)
-        e2e = json.loads((run / "result.json").read_text())["end_to_end_throughput"]
+        e2e = json.loads((run / "analysis.json").read_text())["end_to_end_throughput"]
         a, b = EXPECTED[f"{run_name}/lan_a"], EXPECTED[f"{run_name}/lan_b"]
         # Start: Client A's SYN on lan_a; sender end: the last ACK Client B got
         # (lan_b); receiver end: the last ACK Client A sent (lan_a).
