@@ -34,6 +34,7 @@ from satbed_testlib import REPO, needs_root, satbed
 from satbed.backends import docker
 from satbed.backends.ansible import plan
 from satbed.model.topology import load
+from satbed.results.metrics import run_metrics
 
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
@@ -345,7 +346,7 @@ def test_run_across_the_machines(bed):
     with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
         env = json.load(f)
     assert env["testbed"]["backend"] == "ansible"
-    assert set(result["analysis"]) == {"lan_a", "wan_a", "wan_b", "lan_b"}
+    assert set(run_metrics(run_dir)["analysis"]) == {"lan_a", "wan_a", "wan_b", "lan_b"}
     # Nothing left running on the machines.
     for node in NICS:
         ps = bed.exec(node, "ps", "-eo", "comm=").stdout.split()

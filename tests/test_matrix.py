@@ -638,8 +638,9 @@ def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
     assert cp.returncode == 0, cp.stderr
     assert json.loads(cp.stdout.splitlines()[-1])["limited"] == 1
     assert "in the time limit" in cp.stderr
+    from satbed.results.metrics import run_metrics
     (res,) = glob.glob(os.path.join(out, "cells", "*", "result.json"))
-    r = json.load(open(res))
+    r = run_metrics(os.path.dirname(res))      # result.json with the cell's analysis.json
     assert r["time_limited"] and r["integrity"] == "incomplete" and r["prefix_integrity"] == "ok"
     assert 0 < r["bytes"] < 4 << 20 and r["goodput_bps"] > 0
     assert 14 < r["seconds"] < 17
@@ -798,6 +799,7 @@ BATCH_EXP = ("fixed: {client: ftp, pep: none, emulator: userspace, rate: 8mbit, 
 
 @needs_root
 def test_two_cells_in_one_batch_are_two_intact_separately_captured_transfers(tmp_path):
+    from satbed.results.metrics import run_metrics
     path = write(tmp_path, BATCH_EXP % "64K, 256K")
     out = str(tmp_path / "batch")
     cp = satbed("matrix", path, "--jobs", "1", "--out", out, timeout=300)
@@ -807,7 +809,7 @@ def test_two_cells_in_one_batch_are_two_intact_separately_captured_transfers(tmp
     (batch_dir,) = glob.glob(os.path.join(out, "batches", "*"))
     results = {}
     for d in glob.glob(os.path.join(out, "cells", "*")):
-        r = json.load(open(os.path.join(d, "result.json")))
+        r = run_metrics(d)      # result.json with the cell's analysis.json
         cfg = json.load(open(os.path.join(d, "config.json")))
         assert cfg["batch"] == r["batch"] and r["batch"]["testbed_dir"] == batch_dir
         assert r["integrity"] == "ok" and "error" not in r

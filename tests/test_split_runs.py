@@ -9,6 +9,7 @@ import os
 import pytest
 
 from satbed.core.proc import BIN_DIR
+from satbed.results.metrics import run_metrics
 
 from satbed_testlib import needs_root, satbed
 
@@ -24,8 +25,8 @@ def run(tmp_path, pep: str) -> dict:
                 "--out", str(tmp_path), timeout=900)
     assert cp.returncode == 0, cp.stderr
     run_dir = cp.stdout.splitlines()[0]
-    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
-        result = json.load(f)
+    # result.json with the run's analysis.json laid over it.
+    result = run_metrics(run_dir)
     result["run_dir"] = run_dir
     return result
 

@@ -85,6 +85,7 @@ from satbed.model import schemas
 
 from satbed.core.errors import SatbedError, error_line
 from satbed.core.proc import REPO_ROOT
+from satbed.results.metrics import run_metrics
 from satbed.results.store import DONE, MEASURED, CellRow, Store
 from satbed.core.units import human_bps, parse_ber, parse_delay_ms, parse_rate, parse_size
 
@@ -1029,12 +1030,8 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None, rc:
     finished = time.time()
     if rc is None:
         rc = child.proc.returncode
-    metrics: dict = {}
-    try:
-        with open(os.path.join(cell_dir, "result.json"), encoding="utf-8") as f:
-            metrics = json.load(f)
-    except (OSError, ValueError):
-        pass
+    # result.json with the cell's analysis.json laid over it.
+    metrics = run_metrics(cell_dir)
     error = metrics.get("error")
     if status_override:
         # The runner only saw a SIGTERM; say why it came.

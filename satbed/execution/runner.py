@@ -38,6 +38,7 @@ from satbed.model import topology_spec
 from satbed.model import segments
 
 from satbed.results import environment
+from satbed.results.metrics import run_metrics
 from satbed.backends import ansible as ansible_backend
 from satbed.backends import docker as docker_backend
 from satbed.backends.captures import Captures
@@ -682,7 +683,7 @@ def vantage_points(tb: Testbed, the_plan: Plan) -> dict:
 
 
 def analyze(run_dir: str, result: dict, graphs: bool = True) -> dict:
-    """tcptrace metrics into result.json and, with graphs, the graphs and
+    """tcptrace metrics into analysis.json (returned laid over result.json) and, with graphs, the graphs and
     report.html (drawn once, by the report). Without graphs (a matrix cell:
     drawing a 100 MB transfer's graphs costs more CPU than its metrics) the
     stored tcptrace output and captures let `satbed report` draw them later."""
@@ -698,8 +699,7 @@ def analyze(run_dir: str, result: dict, graphs: bool = True) -> dict:
         result["analysis_error"] = _describe(e)
         write_json(os.path.join(run_dir, "result.json"), result)
         return result
-    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
-        return json.load(f)
+    return run_metrics(run_dir)
 
 
 def _safely(fn, result: dict):
