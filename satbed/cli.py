@@ -6,12 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 
+from analysis import outage
+from analysis import report as run_report
+from analysis.tsg import Window
 from satbed import __version__
 from satbed.core.errors import SatbedError, error_line
 from satbed.core.settings import Settings
+from satbed.report import page, summary
 
 
 def _terminate(signum, frame):
@@ -170,8 +175,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     rows = matrix.rows_of(exp, args.out)
-    from satbed.report import charts
-    print(charts.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
+    print(summary.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
     print(json.dumps(counts, sort_keys=True))
     # limited is a measurement (what arrived within the time limit); failed,
     # timed-out or interrupted cells are not, whichever run of the matrix left them.
@@ -186,26 +190,21 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """A run directory gets its own report (redrawn from the stored captures
     and xplot files); a matrix directory gets the charts."""
-    import os
     window = None
     if args.window is not None:
         if not args.window[1] > 0 or not args.window[0] >= 0:
             raise SatbedError("--window START_S DURATION_S: start >= 0 and duration > 0 seconds")
-        from analysis.tsg import Window
         window = Window(*args.window)
     if os.path.isfile(os.path.join(args.dir, "result.json")):
-        from analysis import report
         # write_report analyses first when the stored analysis is missing or stale.
-        print(report.write_report(args.dir, window=window))
+        print(run_report.write_report(args.dir, window=window))
         return 0
     if window is not None:
         raise SatbedError("--window applies to a run directory's report, not a matrix's")
-    from satbed.report import charts
-    print(charts.build(args.dir))
-    from analysis import outage
-    page = outage.study_page(args.dir)      # the outage study's page, when the matrix has its runs
-    if page is not None:
-        print(page)
+    print(page.build(args.dir))
+    outage_page = outage.study_page(args.dir)      # the outage study's page, when the matrix has its runs
+    if outage_page is not None:
+        print(outage_page)
     return 0
 
 

@@ -228,9 +228,10 @@ def _fake_store(out: str) -> None:
 
 def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
     from satbed.report import charts
+    from satbed.report.page import build
     out = str(tmp_path / "m")
     _fake_store(out)
-    path = charts.build(out)
+    path = build(out)
     page = open(path).read()
     for name in ("chart1", "chart2", "chart3"):
         assert f"id='{name}'" in page
@@ -255,6 +256,7 @@ def test_pepd_wan_rate_is_a_series_of_its_own(tmp_path):
     wan=rate, each its own line, not pepd held at its most common options."""
     from satbed.execution import matrix
     from satbed.report import charts
+    from satbed.report.page import build
     from satbed.results.store import CellRow, Store
     cells = matrix.load(write(tmp_path, "fixed: {client: scp, rtt: 600, emulator: userspace}\n"
                                         "axes: {pep: [none, pepd], pep_options: ['', wan=rate], ber: [0, 1e-5]}\n")).cells
@@ -275,7 +277,7 @@ def test_pepd_wan_rate_is_a_series_of_its_own(tmp_path):
     got = {(p["pep"], p["ber"]): p["mean_bps"] for p in c2["points"]}
     assert got == {("none", 0.0): 1e6, ("none", 1e-5): 1e6, ("pepd", 0.0): 5e6, ("pepd", 1e-5): 5e6,
                    ("pepd wan=rate", 0.0): 7e6, ("pepd wan=rate", 1e-5): 7e6}
-    page = open(charts.build(out)).read()
+    page = open(build(out)).read()
     assert "pepd wan=rate" in page
 
 
@@ -284,7 +286,8 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
     the same PEP and BER: goodput over the whole command and after the first
     received byte (the application's set-up apart)."""
     from satbed.execution import matrix
-    from satbed.report import charts
+    from satbed.report.page import build
+    from satbed.report.summary import summary_table, terminal_summary
     from satbed.results.store import CellRow, Store
     exp = matrix.load(write(tmp_path, "fixed: {rtt: 600, emulator: userspace}\nreference: {client: saratoga}\n"
                                       "axes: {client: [saratoga, scp], ber: [0, 1e-5]}\n"))
@@ -300,17 +303,17 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
                                 "goodput_bps": bps, "first_byte_s": first,
                                 "goodput_after_first_byte_bps": bps * seconds / (seconds - first)},
                             started=time.time(), seconds=seconds))
-    table = {(d["client"], d["ber"]): d for d in charts.summary_table(rows, exp.reference)}
+    table = {(d["client"], d["ber"]): d for d in summary_table(rows, exp.reference)}
     assert table[("scp", 0.0)]["ref_pct"] == pytest.approx(75.0)
     assert table[("scp", 0.0)]["ref_after_first_byte_pct"] == pytest.approx(75.0 * 99.4 / 94.0)
     assert table[("scp", 1e-5)]["ref_pct"] == pytest.approx(100.0)
     assert table[("saratoga", 0.0)]["ref_pct"] == pytest.approx(100.0)
-    text = charts.terminal_summary(rows, reference=exp.reference)
+    text = terminal_summary(rows, reference=exp.reference)
     assert "% of saratoga" in text.splitlines()[0] and "1st byte s" in text.splitlines()[0]
     scp0 = next(line for line in text.splitlines() if line.startswith("scp") and " 0 " in line)
     assert "75.0 %" in scp0 and "6.00" in scp0
     # Without a reference the columns of percentages are absent.
-    assert "% of" not in charts.terminal_summary(rows)
+    assert "% of" not in terminal_summary(rows)
     # The report redraws the same from the store: the run recorded its reference,
     # also in a database written before runs had that column.
     out = tmp_path / "m"
@@ -325,7 +328,7 @@ def test_summary_compares_each_row_with_the_reference_row_of_the_same_conditions
         for r in rows:
             s.put(r)
         assert s.runs()[-1]["reference"] == {"client": "saratoga"}
-    page = open(charts.build(str(out))).read()
+    page = open(build(str(out))).read()
     assert "% of client=saratoga" in page and "75.0 %" in page and "s before the first byte" in page
 
 
@@ -333,7 +336,7 @@ def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_6
     """Each variant's charts stand alone: chart 2 falls back to 300 ms within
     its own variant (it was once matched against the other variant's chart 1
     and failed with a KeyError)."""
-    from satbed.report import charts
+    from satbed.report.page import build
     from satbed.results.store import CellRow, Store
     out = str(tmp_path / "v")
     os.makedirs(out)
@@ -349,7 +352,7 @@ def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_6
                                   "direction": "download", "variant": variant}
                         s.put(CellRow(hash=f"{n:016x}", experiment="v", params=params, config={}, repetition=0,
                                       status="ok", goodput_bps=bps, metrics={"goodput_bps": bps, "seconds": 1.0}))
-    page = open(charts.build(out)).read()
+    page = open(build(out)).read()
     for v in ("today", "study"):
         assert f"id='chart1_{v}'" in page and f"id='chart3_{v}'" in page
         assert os.path.getsize(os.path.join(out, "charts", f"chart1_{v}.png")) > 5000
@@ -357,7 +360,7 @@ def test_report_draws_the_three_charts_per_hosts_variant_from_a_matrix_without_6
 
 
 def test_report_without_throughput_still_has_three_charts(tmp_path):
-    from satbed.report import charts
+    from satbed.report.page import build
     from satbed.results.store import CellRow, Store
     out = str(tmp_path / "p")
     os.makedirs(out)
@@ -365,14 +368,14 @@ def test_report_without_throughput_still_has_three_charts(tmp_path):
         s.put(CellRow(hash="a" * 16, experiment="p", params={"client": "ping", "pep": "none", "rtt": 0.0, "ber": 0.0,
                                                            "size": 1, "direction": "download"},
                       config={}, repetition=0, status="ok", metrics={"rtt_ms_avg": 1.5}))
-    page = open(charts.build(out)).read()
+    page = open(build(out)).read()
     assert page.count("class='chart'") == 3
 
 
 def test_report_and_csv_carry_cpu_per_gb(tmp_path):
     """Cells that recorded both ends' CPU time show it per GB in the summary
     (mean over repetitions) and as seconds in results.csv."""
-    from satbed.report import charts
+    from satbed.report.page import build
     from satbed.results.store import CellRow, Store
     out = str(tmp_path / "cpu")
     os.makedirs(out)
@@ -383,7 +386,7 @@ def test_report_and_csv_carry_cpu_per_gb(tmp_path):
                                   "direction": "download"},
                           config={}, repetition=rep, status="ok", goodput_bps=7e6,
                           metrics={"bytes": 20_000_000, "cpu_client_s": client_s, "cpu_server_s": 0.3}))
-    page = open(charts.build(out)).read()
+    page = open(build(out)).read()
     assert "CPU s per GB (both ends)" in page and "<td>45.0</td>" in page     # (0.8 + 1.0) / 2 / 0.02
     rows = open(os.path.join(out, "results.csv")).read().splitlines()
     head = rows[0].split(",")
@@ -711,7 +714,7 @@ def test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running(tmp_path):
 def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
     """Only RTT 600 ms: Chart 1 (RTT 0) would repeat Chart 2 and is not drawn;
     the summary carries the cells' capture figures and no empty ping column."""
-    from satbed.report import charts
+    from satbed.report.page import build
     from satbed.results.store import CellRow, Store
     out = str(tmp_path / "c")
     os.makedirs(out)
@@ -732,7 +735,7 @@ def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
                                   "direction": "download"},
                           config={}, repetition=rep, status="ok", goodput_bps=2e6,
                           metrics=analysed(rtt_avg, rexmt, sacks)))
-    page = open(charts.build(out)).read()
+    page = open(build(out)).read()
     assert "so it is not drawn twice" in page
     assert not os.path.exists(os.path.join(out, "charts", "chart1.png"))
     assert os.path.exists(os.path.join(out, "charts", "chart2.png"))
@@ -748,7 +751,7 @@ def test_report_carries_capture_metrics_and_draws_no_chart_twice(tmp_path):
 
 
 def test_gallery_draws_ftp_and_scp_first(tmp_path):
-    from satbed.report import charts
+    from satbed.report.gallery import GALLERY_DRAWN, gallery
     from satbed.results.store import CellRow
     out = str(tmp_path / "g")
     rows = []
@@ -760,8 +763,8 @@ def test_gallery_draws_ftp_and_scp_first(tmp_path):
         open(os.path.join(d, "report.html"), "w").write("<html></html>")
         rows.append(CellRow(hash=h, experiment="g", params={"client": client, "pep": pep, "rtt": 600.0,
                                                             "ber": 1e-5}, config={}, repetition=0, status="ok"))
-    shown = charts.gallery(out, rows, stream=open(os.devnull, "w"))
-    first = [(it["row"].params["client"], it["row"].params["pep"]) for it in shown[:charts.GALLERY_DRAWN]]
+    shown = gallery(out, rows, stream=open(os.devnull, "w"))
+    first = [(it["row"].params["client"], it["row"].params["pep"]) for it in shown[:GALLERY_DRAWN]]
     assert {c for c, _ in first} == {"ftp", "scp"}
 
 

@@ -1,13 +1,17 @@
-"""The study pages of `satbed report` (satbed/report/studies.py) from stored cells:
-the spoofing study's figures and the split-gateway study's four set-ups side by side."""
+"""The study pages of `satbed report` (satbed/report/studies/) from stored cells:
+the TCP spoofing figures, the split gateways' four set-ups side by side and the
+ACTS multi-flow BER study's intervals and flows by BER class."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
-from satbed.report import charts, studies
+from satbed.report import page as report_page
+from satbed.report import studies
+from satbed.report.studies import base, multiflow_ber, spoofing, split_gateways
 from satbed.results.store import CellRow, Store
 
 SPOOF = "/repo/scenarios/spoofing.yaml"
@@ -36,7 +40,7 @@ def _spoof_row(n: int, size: int, flows: int, spoofed: bool, rep: int) -> CellRo
         "seconds": 10.0,
     }
     params = {**BASE, "scenario": SPOOF, "size": size, "pep": "pepd" if spoofed else "none",
-              "variant": "spoofed" if spoofed else "end-to-end", studies.FLOWS: flows}
+              "variant": "spoofed" if spoofed else "end-to-end", spoofing.FLOWS: flows}
     return CellRow(hash=f"{n:016x}", experiment="spoofing", params=params,
                    config={"endpoints": ["h1", "h5"], "direction": "download"}, repetition=rep, status="ok",
                    goodput_bps=rcv, metrics=metrics)
@@ -46,7 +50,7 @@ def test_spoofing_tables_give_the_studys_numbers():
     rows = [_spoof_row(i, size, flows, spoofed, rep)
             for i, (size, flows, spoofed, rep) in enumerate(
                 (s, f, sp, r) for s in (1448, 144800) for f in (1, 20) for sp in (False, True) for r in range(3))]
-    tab = studies.spoofing_tables(rows)
+    tab = spoofing.spoofing_tables(rows)
     assert set(tab) == {(1448, 1), (1448, 20), (144800, 1), (144800, 20)}
     e = tab[(144800, 20)]
     assert e["sender_bps"]["pct"] == pytest.approx(300)
@@ -67,18 +71,18 @@ def test_spoofing_page_draws_the_four_figures(tmp_path):
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
-    page = open(charts.build(out)).read()
+    page = open(report_page.build(out)).read()
     for name in ("spoofing_throughput_vs_size", "spoofing_percent_difference", "spoofing_drops_vs_size",
                  "spoofing_gain_vs_flows"):
         assert f"id='{name}'" in page
         assert os.path.getsize(os.path.join(out, "charts", f"{name}.png")) > 5000
     assert "Where this departs from the study" in page
     assert "id='chart1'" not in page       # the Global Hawk charts are not this study's
+    assert "<h2>TCP spoofing with cross traffic" in page and "Seed" not in page
     assert "id='spoofing_spoofer_buffer'" not in page     # no buffer trace stored
 
 
 def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
-    import json
     out = str(tmp_path)
     rows = [_spoof_row(i, 144800, flows, spoofed, 0)
             for i, (flows, spoofed) in enumerate((f, sp) for f in (0, 10) for sp in (False, True))]
@@ -93,15 +97,15 @@ def test_the_spoofers_buffer_over_time_is_drawn_and_its_peak_tabled(tmp_path):
                 t = 1000.0 + i / 10
                 f.write(json.dumps({"t": t, "id": 1, "occupancy_bytes": 0}) + "\n")
                 f.write(json.dumps({"t": t + 0.003, "id": 2, "occupancy_bytes": 1000 * min(i, 30 - i)}) + "\n")
-    series = studies._spoofer_buffer(out, rows[1])
+    series = spoofing._spoofer_buffer(out, rows[1])
     assert series[0] == (0.0, 0.0) and len(series) == 30
     assert max(b for _, b in series) == 15000
-    tab = studies.spoofing_tables(rows, out)
+    tab = spoofing.spoofing_tables(rows, out)
     assert tab[(144800, 10)]["buffer_peak"][0] == 15000 and tab[(144800, 10)]["buffer_peak"][2] == 1
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
-    page = open(charts.build(out)).read()
+    page = open(report_page.build(out)).read()
     assert "id='spoofing_spoofer_buffer'" in page and "spoofer peak KB" in page
     assert os.path.getsize(os.path.join(out, "charts", "spoofing_spoofer_buffer.png")) > 5000
 
@@ -126,7 +130,7 @@ def test_split_gateways_page_puts_the_four_setups_side_by_side(tmp_path):
     out = str(tmp_path)
     rows = [_split_row(out, i, v, kbps, secs) for i, (v, kbps, secs) in enumerate(
         (("terrestrial", 1500, 280), ("satellite", 500, 840), ("large-windows", 850, 500), ("gateways", 1480, 290)))]
-    tab = studies.split_tables(out, rows)
+    tab = split_gateways.split_tables(out, rows)
     assert tab["satellite"]["sat_kbps"][0] == pytest.approx(500, rel=0.01)
     assert tab["gateways"]["server_rtt_ms"][0] == 3
     assert tab["large-windows"]["download_s"][0] == 500
@@ -134,7 +138,7 @@ def test_split_gateways_page_puts_the_four_setups_side_by_side(tmp_path):
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
-    page = open(charts.build(out)).read()
+    page = open(report_page.build(out)).read()
     assert "id='split_gateways_variants'" in page and "id='split_gateways_throughput_over_time'" in page
     assert page.index(">terrestrial<") < page.index(">satellite<") < page.index(">large-windows<") \
         < page.index(">gateways<")
@@ -147,7 +151,6 @@ QUEUE, LOAD = "topology.routers.rOU.interfaces.sat.queue", "workload.traffic.gro
 def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: float) -> CellRow:
     """A 40 s run: 20 s at BER 1e-9, then 20 s at 1e-4; utilisation as given;
     one 100 kbit/s upload in each half; 7 router drops in the noisy half."""
-    import json
     cell = os.path.join(out, "cells", f"{n:016x}")
     os.makedirs(os.path.join(cell, "emulator"))
     os.makedirs(os.path.join(cell, "traffic"))
@@ -161,7 +164,7 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
         for i in range(1, 401):
             t = i / 10
             noisy = t > 20
-            total += (util_noisy if noisy else util_clean) * studies.T1_BPS / 8 / 10
+            total += (util_noisy if noisy else util_clean) * multiflow_ber.T1_BPS / 8 / 10
             f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{total / 1000:.0f},0,0,{1e-4 if noisy else 1e-9}\n")
             f.write(f"{t:.1f},b_to_a,0,0,0,0,0,0\n")
     with open(os.path.join(cell, "traffic", "client-0-ou.jsonl"), "w") as f:
@@ -187,21 +190,21 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
 def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
     out = str(tmp_path)
     rows = [_multiflow_row(out, 1, "none", 0.8, 0.4), _multiflow_row(out, 2, "pepd", 0.9, 0.8)]
-    tab = studies.multiflow_tables(out, rows)
+    tab = multiflow_ber.multiflow_tables(out, rows)
     none = tab[(20, 6, "none")]
     # 5 s intervals: 2 error-free after the 10 s warm-up, 4 noisy (the first
     # holds one 1e-9 sample); the last, one sample at 40 s, is cut short.
     assert none["util"]["1e-9"] == pytest.approx([0.8] * 2, rel=1e-6)
     assert none["util"]["1e-4"] == pytest.approx([0.408, 0.4, 0.4, 0.4], rel=1e-6)
     assert none["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}
-    drops = studies._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
+    drops = multiflow_ber._router_drops(none["cells"][0][0], "rOU", "sat", none["cells"][0][1])
     assert drops == [(10.0, 0.0), (30.0, 7.0)]
     # The emulator's timing: the worst direction's lateness and the host's steal.
     assert none["timing"] == [{"tx_late_p99_us": 10000, "tx_late_max_us": 205502, "steal_fraction": 0.2512}]
     with Store(os.path.join(out, "results.sqlite")) as s:
         for r in rows:
             s.put(r)
-    page = open(charts.build(out)).read()
+    page = open(report_page.build(out)).read()
     for fig in ("acts_utilisation_cdf", "acts_flow_throughput_cdf", "acts_over_time"):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
@@ -209,7 +212,21 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
 
 
 def test_a_link_sends_what_enters_it_less_its_own_queue_drops():
-    s = studies.EmuSample
+    s = base.EmuSample
     # 5 full frames entered, 1 dropped at the link's queue, 1 corrupted on the way.
     b = [s(0.1, 5 * 1514, 3 * 1514, 3, 1, 1, 1e-4)]
-    assert studies._transmitted(b) == 4 * 1514
+    assert multiflow_ber._transmitted(b) == 4 * 1514
+
+
+def test_studies_are_found_in_their_package_and_recognise_their_scenarios(tmp_path):
+    found = {s.name: s for s in studies.discover()}
+    assert set(found) == {"TCP spoofing", "Split gateways", "ACTS multi-flow BER"}
+    spoof = [_spoof_row(0, 1448, 1, False, 0)]
+    assert studies.study_of(spoof) is found["TCP spoofing"]
+    assert studies.study_of([_split_row(str(tmp_path), 1, "satellite", 500, 840)]) is found["Split gateways"]
+    assert studies.study_of([_multiflow_row(str(tmp_path), 2, "none", 0.8, 0.4)]) is found["ACTS multi-flow BER"]
+    # No study: the Global Hawk charts are the page; two scenarios mixed are no one study's.
+    other = CellRow(hash="f" * 16, experiment="gh", params={**BASE, "size": 1}, config={}, repetition=0,
+                    status="ok")
+    assert studies.study_of([other]) is None and studies.pages(str(tmp_path), [other]) == []
+    assert studies.study_of(spoof + [other]) is None

@@ -1,0 +1,365 @@
+"""The ACTS multi-flow BER study (scenarios/multiflow-ber.yaml): hundreds of
+TCP flows over a T1 satellite link whose BER drifts through a pass; link
+utilisation per interval and per-connection throughput by BER class, and
+bytes, BER and drops over time."""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import glob
+import html
+import json
+import math
+import os
+import statistics
+from collections import defaultdict
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from analysis.figures import plt
+from satbed.results.store import MEASURED, CellRow
+
+from ..common import html_table
+from .base import EmuSample, Study, emulator_samples, figure, fmt, from_scenario, kernels
+
+NAME = "ACTS multi-flow BER"
+
+T1_BPS = 1_536_000      # the study's T1 payload rate, as the routers shape it
+
+
+INTERVAL_S = 5.0        # the study's 5-minute intervals, compressed 60 times
+
+
+WARMUP_S = 10.0         # the load builds up from no flows: intervals before are left out
+
+
+def _decade(ber: float) -> str:
+    """The study's BER classes (1e-9 is its error-free case); "clean" is BER 0,
+    the recovery after the pass."""
+    if ber <= 0:
+        return "clean"
+    return f"1e{math.floor(math.log10(ber) + 1e-9)}"
+
+
+DECADES = ["1e-9", "1e-8", "1e-7", "1e-6", "1e-5", "1e-4", "1e-3", "clean"]
+
+
+FULL_FRAME = 1514       # bytes on the wire of a full-size segment
+
+
+def _transmitted(b: list[EmuSample]) -> float:
+    """Bytes the link sent: what entered it less what its own queue dropped
+    (a PEP's WAN leg can offer more than the T1; those frames never went
+    out). The series counts queue drops in frames; a sender that fills a
+    queue fills it with full-size segments, so each counts FULL_FRAME bytes.
+    Corrupted frames were sent, as the study's router counters saw them."""
+    sent = sum(s.bytes_in for s in b) - sum(s.drop_queue for s in b) * FULL_FRAME
+    return max(sent, sum(s.bytes_out for s in b))
+
+
+def _intervals(samples: list[EmuSample]) -> list[tuple[str, float, float]]:
+    """(BER class, link utilisation, delivered share) per interval: bytes the
+    link transmitted and delivered over the T1 rate. An interval's class is
+    its highest BER (a step inside it counts), its length the time between
+    its last sample and the previous interval's."""
+    buckets: dict[int, list[EmuSample]] = defaultdict(list)
+    for s in samples:
+        buckets[int(s.t_s // INTERVAL_S)].append(s)
+    out, last_t = [], 0.0           # satemu's counters start at zero with its clock
+    for k in sorted(buckets)[:-1]:  # the last interval is cut short by the run's end
+        b = buckets[k]
+        span = b[-1].t_s - last_t
+        last_t = b[-1].t_s
+        if span <= 0 or k * INTERVAL_S < WARMUP_S:
+            continue
+        out.append((_decade(max(s.ber for s in b)), _transmitted(b) * 8 / span / T1_BPS,
+                    sum(s.bytes_out for s in b) * 8 / span / T1_BPS))
+    return out
+
+
+def _emulator_start_unix(cell: str) -> float | None:
+    """satemu's start as Unix time (its final report), to place flow records
+    and router samples on its time series."""
+    for path in [os.path.join(cell, "emulator", "emulator.json"),
+                 *glob.glob(os.path.join(cell, "emulator", "*", "emulator.json"))]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                started = json.load(f).get("started_at")
+            return _dt.datetime.fromisoformat(str(started).replace("Z", "+00:00")).timestamp()
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return None
+
+
+def _ber_at(samples: list[EmuSample], t_s: float) -> float:
+    times = [s.t_s for s in samples]
+    i = bisect.bisect_right(times, t_s) - 1
+    return samples[max(0, min(i, len(samples) - 1))].ber if samples else 0.0
+
+
+def _uplink_flows(cell: str, samples: list[EmuSample], t0: float) -> list[tuple[str, float]]:
+    """(BER class at the flow's middle, goodput bit/s) of every completed flow
+    whose data crossed the noisy uplink (OU's uploads), from the sender's records."""
+    out = []
+    for path in glob.glob(os.path.join(cell, "traffic", "client-*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("record") == "summary" or not rec.get("completed") or not rec.get("sender"):
+                    continue
+                mid = (float(rec["start"]) + float(rec["end"])) / 2 - t0
+                out.append((_decade(_ber_at(samples, mid)), float(rec.get("goodput_bps") or 0)))
+    return out
+
+
+def _generator_summary(cell: str) -> dict:
+    """Flows, peak concurrent flows and the generator's CPU share (both ends)."""
+    flows, peak, cpu = 0, 0, 0.0
+    for path in glob.glob(os.path.join(cell, "traffic", "*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if '"summary"' not in line:
+                    continue
+                try:
+                    s = json.loads(line)
+                except ValueError:
+                    continue
+                if s.get("side") == "client":
+                    flows += int(s.get("flows") or 0)
+                    peak = max(peak, int(s.get("max_active") or 0))
+                cpu += float(s.get("cpu_share") or 0)
+    return {"flows": flows, "peak_active": peak, "cpu_share": cpu}
+
+
+def _emulator_timing(cell: str) -> dict:
+    """The emulator's worst departure lateness (either direction) and the
+    host's CPU steal during the measurement, from result.json."""
+    try:
+        with open(os.path.join(cell, "result.json"), encoding="utf-8") as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    dirs = (((result.get("emulator") or {}).get("stats") or {}).get("totals") or {}).get("directions") or {}
+    out: dict = {}
+    for key in ("tx_late_p99_us", "tx_late_max_us"):
+        vals = [float(d[key]) for d in dirs.values() if isinstance(d, dict) and key in d]
+        if vals:
+            out[key] = max(vals)
+    steal = (result.get("host_cpu") or {}).get("steal_fraction")
+    if steal is not None:
+        out["steal_fraction"] = float(steal)
+    return out
+
+
+def _router_drops(cell: str, node: str, port: str, t0: float) -> list[tuple[float, float]]:
+    """(satemu time, drops in that sample) at a router port's queue."""
+    out, last = [], None
+    path = os.path.join(cell, "counters", "interfaces.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if row.get("node") != node or row.get("port") != port:
+                continue
+            d = float(row.get("dropped") or 0)
+            out.append((float(row["unix"]) - t0, d - last if last is not None else 0.0))
+            last = d
+    return out
+
+
+def multiflow_tables(out: str, rows: list[CellRow]) -> dict:
+    """Per configuration (queue, load, PEP): utilisation intervals and flow
+    goodputs by BER class, the generator's figures."""
+    tab: dict[tuple, dict] = {}
+    for r in rows:
+        if r.status not in MEASURED:
+            continue
+        cell = os.path.join(out, "cells", r.hash)
+        samples = emulator_samples(cell, "a_to_b")
+        t0 = _emulator_start_unix(cell)
+        if not samples or t0 is None:
+            continue
+        key = (_param(r, "queue"), _param(r, "rate"), str(r.params.get("pep", "none")))
+        entry = tab.setdefault(key, {"util": defaultdict(list), "delivered": defaultdict(list),
+                                     "flows": defaultdict(list), "gen": [], "cells": []})
+        for dec, offered, delivered in _intervals(samples):
+            entry["util"][dec].append(offered)
+            entry["delivered"][dec].append(delivered)
+        for dec, bps in _uplink_flows(cell, samples, t0):
+            entry["flows"][dec].append(bps)
+        entry["gen"].append(_generator_summary(cell))
+        entry.setdefault("timing", []).append(_emulator_timing(cell))
+        entry["cells"].append((cell, t0, samples))
+    return tab
+
+
+def _param(r: CellRow, short: str):
+    """An axis value by the end of its dotted name (queue, rate)."""
+    for k, v in r.params.items():
+        if "." in k and k.split(".")[-1] == short:
+            return v
+    return None
+
+
+def _cdf(ax: Axes, values: list[float], **kw) -> None:
+    xs = sorted(values)
+    ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", **kw)
+
+
+def _grid(n: int) -> tuple[Figure, np.ndarray]:
+    """Panels four to a row."""
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def page(out: str, rows: list[CellRow]) -> list[str]:
+
+    tab = multiflow_tables(out, rows)
+    if not tab:
+        return [f"<h2>{NAME}</h2><p>No measured cells yet.</p>"]
+    keys = sorted(tab, key=lambda k: (str(k[0]), str(k[1]), k[2] != "none", k[2]))
+    parts = [f"<h2>{NAME}: hundreds of TCP flows under a drifting BER (the study's figures, our runs)</h2>",
+             _multiflow_config(out, rows)]
+
+    # Figures 3/4: CDF of per-interval link utilisation, one curve per BER class.
+    fig, axes = _grid(len(keys))
+    for ax, k in zip(axes.flat, keys):
+        for i, dec in enumerate(DECADES):
+            vals = tab[k]["util"].get(dec)
+            if vals:
+                _cdf(ax, [100 * v for v in vals], color=f"C{i}", label=f"{dec} ({len(vals)})")
+        ax.axhline(.5, color="#888", lw=.6)
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        ax.set_xlabel("link utilisation per 5 s (%)")
+        ax.set_ylabel("cumulative fraction")
+        ax.set_xlim(0, 105)
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=6, title="BER (intervals)", title_fontsize=6)
+    fig.tight_layout()
+    parts.append(figure("acts_utilisation_cdf", out, fig,
+                         "Link utilisation per interval by BER (study Figures 3 and 4): the OU -> GRC direction, "
+                         "bytes the satellite link sent (delivered or corrupted) per 5 s over the T1 rate; "
+                         "the hairline is the median."))
+
+    # Figures 6/7: per-connection throughput CDFs by BER class.
+    fig, axes = _grid(len(keys))
+    for ax, k in zip(axes.flat, keys):
+        for i, dec in enumerate(DECADES):
+            vals = tab[k]["flows"].get(dec)
+            if vals:
+                _cdf(ax, [v / 1e3 for v in vals], color=f"C{i}", label=f"{dec} ({len(vals)})")
+        ax.set_xscale("log")
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        ax.set_xlabel("connection throughput (kbit/s)")
+        ax.set_ylabel("cumulative fraction")
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=6, title="BER (flows)", title_fontsize=6)
+    fig.tight_layout()
+    parts.append(figure("acts_flow_throughput_cdf", out, fig,
+                         "Per-connection throughput by the BER at the connection's midpoint (study Figures 6 "
+                         "and 7): completed uploads from OU, goodput from the sender's own records."))
+
+    # Figures 2/5: bytes, BER and router drops over time, one run per configuration.
+    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), squeeze=False, sharex=True)
+    for ax, k in zip(axes[:, 0], keys):
+        cell, t0, samples = tab[k]["cells"][0]
+        per_s: dict[int, list[EmuSample]] = defaultdict(list)
+        for s in samples:
+            per_s[int(s.t_s)].append(s)
+        xs = sorted(per_s)
+        ax.plot(xs, [_transmitted(per_s[x]) * 8 / 1e3 for x in xs], lw=1, color="C0",
+                label="kbit/s sent on the link")
+        ax.set_ylabel("kbit/s")
+        drops = ax.twinx()
+        drops.plot(xs, [sum(s.drop_ber for s in per_s[x]) for x in xs], lw=.8, color="C3",
+                   label="corruption drops/s")
+        rq: dict[int, float] = defaultdict(float)
+        for t, d in _router_drops(cell, "rOU", "sat", t0):
+            rq[int(t)] += d
+        drops.plot(xs, [rq.get(x, 0.0) for x in xs], lw=.8, color="C2", label="router queue drops/s")
+        drops.set_ylabel("drops/s")
+        ber = ax.twinx()
+        ber.spines["right"].set_position(("axes", 1.08))
+        ber.semilogy([s.t_s for s in samples if s.ber > 0], [s.ber for s in samples if s.ber > 0],
+                     color="#888", lw=.8, ls=":")
+        ber.set_ylabel("BER", color="#888")
+        ax.set_title(f"queue {k[0]}, load {k[1]}/s, {k[2]}", fontsize=9)
+        lines = ax.get_legend_handles_labels()[0] + drops.get_legend_handles_labels()[0]
+        ax.legend(lines, [ln.get_label() for ln in lines], fontsize=6, loc="upper left")
+    axes[-1, 0].set_xlabel("time since the emulator started (s)")
+    fig.tight_layout()
+    parts.append(figure("acts_over_time", out, fig,
+                         "Transmitted bytes, BER and drops over time (study Figures 2 and 5): OU -> GRC, "
+                         "corruption drops on the link (emulator) and congestion drops at OU's router queue."))
+
+    def median(vals: list[float] | None) -> float | None:
+        return statistics.median(vals) if vals else None
+
+    body = []
+    for k in keys:
+        e = tab[k]
+        clean = median(e["util"].get("1e-9"))
+        worst = next((d for d in reversed(DECADES[:-1]) if e["util"].get(d)), None)
+        row = [str(k[0]), str(k[1]), k[2]]
+        row += [fmt(100 * m, 0) if (m := median(e["util"].get(d))) is not None else "" for d in DECADES]
+        at5 = median(e["util"].get("1e-5"))
+        row.append(fmt(100 * (clean - at5) / clean, 0) if clean and at5 is not None else "")
+        row.append(fmt(100 * (clean - median(e["util"][worst])) / clean, 0) + f" ({worst})"
+                   if clean and worst else "")
+        fl = [median(e["flows"].get(d)) for d in ("1e-9", "1e-5", "1e-4")]
+        row += [fmt(v / 1e3, 1) if v is not None else "" for v in fl]
+        gen = e["gen"]
+        row += [str(max(g["peak_active"] for g in gen)), str(sum(g["flows"] for g in gen)),
+                fmt(max(g["cpu_share"] for g in gen), 2)]
+        timing = e.get("timing") or []
+        for key, scale, nd in (("tx_late_p99_us", 1e-3, 1), ("tx_late_max_us", 1e-3, 0), ("steal_fraction", 100, 0)):
+            vals = [t[key] for t in timing if key in t]
+            row.append(fmt(max(vals) * scale, nd) if vals else "")
+        body.append(row)
+    parts.append("<h3>The numbers</h3><p>Median link utilisation (%) per BER class (clean: the recovery "
+                 "after the pass), its degradation (%) from the error-free class 1e-9 to 1e-5 and to the "
+                 "noisiest class, median connection throughput "
+                 "(kbit/s), peak concurrent flows, flows started, the generator's CPU (cores, both "
+                 "ends), and whether the emulator kept time: its departure lateness p99 and maximum "
+                 "(ms, worst direction and cell; a T1 frame lasts 7.8 ms) beside the host's CPU steal "
+                 "during the run (%: time a virtual machine's hypervisor gave to others, which delays "
+                 "every wake-up).</p>" + html_table(
+                     ["queue", "load /s", "PEP", *DECADES, "degr. 1e-5", "degr. worst",
+                      "flow 1e-9", "flow 1e-5", "flow 1e-4", "peak flows", "flows", "gen CPU",
+                      "late p99 ms", "late max ms", "steal %"], body))
+    return parts
+
+
+def _multiflow_config(out: str, rows: list[CellRow]) -> str:
+    return (
+        f"<p>Kernel: {html.escape(kernels(out, rows))}.</p>"
+        "<p><b>Configuration.</b> OU host &mdash; router (HTB at the T1's 1.536 Mbit/s, drop-tail queue of "
+        "the axis' length) &mdash; satellite link (560 ms RTT; the OU &rarr; GRC direction's BER follows "
+        "scenarios/multiflow-ber.csv: clean, then 1e-9 to 1e-3 a fifth of a decade every 5 s, clean again) "
+        "&mdash; router &mdash; GRC host; the satellite link also carries at most a T1 (a PEP's own sending "
+        "leaves behind the router's shaper); PEP none or pepd at both ends of the satellite link. trafficgen "
+        "Poisson arrivals at the load knob's rate, half uploads from OU, SURGE web-object sizes. Time is "
+        "compressed 60 times: the study's 3-hour runs and 5-minute intervals are 220 s and 5 s here; the "
+        "first 10 s, while the load builds up, are left out.</p>"
+        "<p><b>Where this departs from the study.</b> Linux TCP (CUBIC, SACK) instead of NetBSD 1.3; "
+        "Linux HTB and pfifo instead of Cisco 2500 queues; a smooth BER ramp instead of the orbit's "
+        "(no FEC episodes); the SURGE size model instead of TrafGen's unpublished profile; no tcpslice "
+        "(every interval is kept); TCP's RTT is not compressed with the time, so an interval holds 9 RTTs, "
+        "not 540.</p>")
+
+
+STUDY = Study(NAME, from_scenario("multiflow-ber"), page)

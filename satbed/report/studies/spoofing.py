@@ -1,0 +1,357 @@
+"""The TCP spoofing study (scenarios/spoofing.yaml): throughput vs transfer
+size (regular / spoofed x sender / receiver view), percent difference vs
+size, dropped data packets of the main flow vs size, gain vs competing
+flows, and the data the spoofer held over time."""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import html
+import json
+import os
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from analysis.figures import plt
+from satbed.results.store import MEASURED, CellRow
+
+from ..common import html_table
+from .base import Study, ends, figure, fmt, from_scenario, kernels, log_x, mean_ci_or_none, summary_at
+
+NAME = "TCP spoofing"
+PACKET = 1448           # payload bytes per full segment (1500-byte packets with timestamps)
+
+FLOWS = "workload.traffic.groups.0.concurrent"
+
+
+SAT_NODE = "sat"        # the satellite emulator of topologies/spoofing.yaml
+
+
+@dataclass
+class SpoofPoint:
+    sender_bps: list[float]
+    receiver_bps: list[float]
+    drops: list[float]
+    path_drop_rate: list[float]
+    buffer_peak: list[float] = field(default_factory=list)    # bytes the spoofer held at most
+
+
+def _main_drops(r: CellRow, sender: str) -> float | None:
+    """Data packets of the main flow lost on the path: its sender's
+    retransmissions (seen at the sender) plus, when spoofed, the spoofer's
+    retransmissions on the satellite leg (seen on the emulator port facing
+    the spoofer). With SACK, a retransmission stands for one loss."""
+    s = summary_at(r, sender)
+    if not s:
+        return None
+    drops = float(s.get("rexmt_pkts") or 0)
+    if r.params.get("pep", "none") != "none":
+        an = r.metrics.get("analysis") or {}
+        # The satellite emulator's port facing the spoofer: of its two
+        # captures, the one where the receiver's ACKs take the satellite RTT.
+        for v, c in (r.metrics.get("captures") or {}).items():
+            if not isinstance(c, dict) or c.get("node") != SAT_NODE:
+                continue
+            summ = ((an.get(v) or {}).get("main") or {}).get("summary") or {}
+            if (summ.get("rtt_avg_ms") or 0) > 200:
+                drops += float(summ.get("rexmt_pkts") or 0)
+                break
+    return drops
+
+
+def _path_drop_rate(r: CellRow) -> float | None:
+    """Share of packets the bottleneck router port dropped (all flows)."""
+    ports = ((r.metrics.get("counters") or {}).get("ports")) or {}
+    best = None
+    for p in ports.values():
+        d, s = p.get("dropped") or 0, p.get("sent_packets") or 0
+        if d + s and (best is None or d > best[0]):
+            best = (d, d / (d + s))
+    return best[1] if best else None
+
+
+def _spoofer_buffer(out: str, r: CellRow) -> list[tuple[float, float]]:
+    """(seconds since its first sample, bytes) the spoofer held, all its
+    connections together: pepd's buffer.jsonl (trace_interval) samples each
+    connection on its own clock, so each connection counts with its latest
+    sample at every step (and nothing once its samples end)."""
+    step = 0.1
+    by_id: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+    for path in glob.glob(os.path.join(out, "cells", r.hash, "pep", "*", "buffer.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    by_id[(path, int(rec["id"]))].append((float(rec["t"]), float(rec.get("occupancy_bytes") or 0)))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    if not by_id:
+        return []
+    for samples in by_id.values():
+        samples.sort()
+    t0 = min(v[0][0] for v in by_id.values())
+    t1 = max(v[-1][0] for v in by_id.values())
+    series = []
+    for k in range(int((t1 - t0) / step) + 1):
+        t = t0 + k * step
+        held = 0.0
+        for samples in by_id.values():
+            i = bisect.bisect_right(samples, (t + 1e-9, float("inf"))) - 1
+            if i >= 0 and t - samples[-1][0] <= step:
+                held += samples[i][1]
+        series.append((round(k * step, 3), held))
+    return series
+
+
+def _spoof_points(rows: list[CellRow], out: str | None = None) -> dict[tuple[int, int, bool], SpoofPoint]:
+    pts: dict[tuple[int, int, bool], SpoofPoint] = {}
+    for r in rows:
+        if r.status not in MEASURED:
+            continue
+        sender, receiver = ends(r)
+        # One clock for both views, as the study's simulator had: from h1's
+        # first SYN (the transfer's start, whoever answers it) to the last ACK
+        # on h5's port (sender) and on h1's (receiver). The sender's own
+        # capture alone would start at the spoofer's onward SYN, after the
+        # end-to-end setup had already crossed the satellite.
+        e2e = r.metrics.get("end_to_end_throughput") or {}
+        snd = e2e.get("sender_bps") or summary_at(r, sender).get("sender_view_bps")
+        rcv = e2e.get("receiver_bps") or summary_at(r, receiver).get("receiver_view_bps")
+        key = (int(r.params["size"]), int(r.params.get(FLOWS) or 0), r.params.get("pep", "none") != "none")
+        p = pts.setdefault(key, SpoofPoint([], [], [], []))
+        if snd:
+            p.sender_bps.append(snd)
+        if rcv:
+            p.receiver_bps.append(rcv)
+        d = _main_drops(r, sender)
+        if d is not None:
+            p.drops.append(d)
+        dr = _path_drop_rate(r)
+        if dr is not None:
+            p.path_drop_rate.append(dr)
+        if out is not None and key[2]:
+            held = _spoofer_buffer(out, r)
+            if held:
+                p.buffer_peak.append(max(b for _, b in held))
+    return pts
+
+
+def _pct(spoofed: float | None, regular: float | None) -> float | None:
+    if spoofed is None or not regular:
+        return None
+    return (spoofed - regular) / regular * 100
+
+
+def spoofing_tables(rows: list[CellRow], out: str | None = None) -> dict:
+    """The numbers the TCP spoofing figures plot, for the page and for tests:
+    {(size, flows): {view: {"regular", "spoofed", "ci_regular", "ci_spoofed", "pct"}}, ...};
+    with out (the matrix directory), the spoofer's peak buffer ("buffer_peak": mean, ci, n)."""
+    pts = _spoof_points(rows, out)
+    table: dict = {}
+    for size, flows in sorted({(k[0], k[1]) for k in pts}):
+        reg, spo = pts.get((size, flows, False)), pts.get((size, flows, True))
+        entry: dict = {}
+        for view in ("sender_bps", "receiver_bps", "drops"):
+            rm, rc = mean_ci_or_none(getattr(reg, view)) if reg else (None, None)
+            sm, sc = mean_ci_or_none(getattr(spo, view)) if spo else (None, None)
+            entry[view] = {"regular": rm, "spoofed": sm, "ci_regular": rc, "ci_spoofed": sc,
+                           "n_regular": len(getattr(reg, view)) if reg else 0,
+                           "n_spoofed": len(getattr(spo, view)) if spo else 0,
+                           "pct": _pct(sm, rm) if view != "drops" else None}
+        rates = (reg.path_drop_rate if reg else []) + (spo.path_drop_rate if spo else [])
+        entry["path_drop_rate"] = statistics.mean(rates) if rates else None
+        peaks = spo.buffer_peak if spo else []
+        entry["buffer_peak"] = (*mean_ci_or_none(peaks), len(peaks))
+        table[(size, flows)] = entry
+    return table
+
+
+def page(out: str, rows: list[CellRow]) -> list[str]:
+
+    tab = spoofing_tables(rows, out)
+    if not tab:
+        return [f"<h2>{NAME}</h2><p>No measured cells yet.</p>"]
+    sizes = sorted({k[0] for k in tab})
+    flows = sorted({k[1] for k in tab})
+    pkts = [max(1, round(s / PACKET)) for s in sizes]
+    parts = [f"<h2>{NAME} with cross traffic (the study's figures, our runs)</h2>",
+             _spoof_config(out, rows)]
+
+    # Figure 5: throughput vs size, four curves, one panel per competing-flow count.
+    fig, axes = plt.subplots(1, len(flows), figsize=(5 * len(flows), 4), squeeze=False)
+    for ax, n in zip(axes[0], flows):
+        for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
+            for who, colour in (("regular", "#1f77b4"), ("spoofed", "#d62728")):
+                ys = [tab.get((s, n), {}).get(view, {}).get(who) for s in sizes]
+                cis = [tab.get((s, n), {}).get(view, {}).get(f"ci_{who}") or 0 for s in sizes]
+                xs = [p for p, y in zip(pkts, ys) if y is not None]
+                ax.errorbar(xs, [y / 1e3 for y in ys if y is not None],
+                            yerr=[c / 1e3 for c, y in zip(cis, ys) if y is not None], fmt=style, color=colour,
+                            marker="o", ms=3, capsize=2,
+                            label=f"{'Spoofing' if who == 'spoofed' else 'Regular'}-"
+                                  f"{'Sender' if view == 'sender_bps' else 'Receiver'}")
+        log_x(ax)
+        ax.set_title(f"{n} competing flow(s)")
+        ax.set_xlabel("transfer size (packets)")
+        ax.set_ylabel("throughput (kbit/s)")
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(figure("spoofing_throughput_vs_size", out, fig,
+                         "Throughput vs transfer size (study Figure 5): mean and 95% interval over repetitions; "
+                         "from h1's first SYN, sender view until the last ACK reaches h5, receiver view until h1 "
+                         "sends its last ACK (one clock: the captures on h1's and h5's ports)."))
+
+    # Figure 6: percent difference vs size (sender and receiver), per flow count.
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, n in enumerate(flows):
+        for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
+            ys = [tab.get((s, n), {}).get(view, {}).get("pct") for s in sizes]
+            xs = [p for p, y in zip(pkts, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], style, marker="o", ms=3, color=f"C{i}",
+                    label=f"{'Sender' if view == 'sender_bps' else 'Receiver'} side, {n} flow(s)")
+    ax.axhline(0, color="#888", lw=.8)
+    log_x(ax)
+    ax.set_xlabel("transfer size (packets)")
+    ax.set_ylabel("percent difference, spoofed vs end to end (%)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(figure("spoofing_percent_difference", out, fig,
+                         "Percent difference of throughput, (spoofed - end to end) / end to end (study Figure 6); "
+                         "positive: the spoofer helped."))
+
+    # Figure 8: dropped data packets of the main flow vs size.
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, n in enumerate(flows):
+        for who, style in (("regular", "--"), ("spoofed", "-")):
+            ys = [tab.get((s, n), {}).get("drops", {}).get(who) for s in sizes]
+            xs = [p for p, y in zip(pkts, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], style, marker="o", ms=3, color=f"C{i}",
+                    label=f"{'Spoofing' if who == 'spoofed' else 'Regular'}, {n} flow(s)")
+    log_x(ax)
+    ax.set_xlabel("transfer size (packets)")
+    ax.set_ylabel("dropped data packets (main flow)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(figure("spoofing_drops_vs_size", out, fig,
+                         "Dropped data packets of the main flow vs size (study Figure 8): the sender's "
+                         "retransmissions, plus the spoofer's on the satellite leg when spoofed."))
+
+    # Figures 9/10: gain vs competing flows, per size.
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, view, title in ((axes[0], "sender_bps", "sender side (Figure 10)"),
+                            (axes[1], "receiver_bps", "receiver side (Figure 9)")):
+        for i, s in enumerate(sizes):
+            ys = [tab.get((s, n), {}).get(view, {}).get("pct") for n in flows]
+            xs = [n for n, y in zip(flows, ys) if y is not None]
+            ax.plot(xs, [y for y in ys if y is not None], marker="o", ms=3, color=f"C{i}",
+                    label=f"{max(1, round(s / PACKET))} packets")
+        ax.axhline(0, color="#888", lw=.8)
+        ax.set_xlabel("competing flows")
+        ax.set_ylabel("percent difference (%)")
+        ax.set_title(title)
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    parts.append(figure("spoofing_gain_vs_flows", out, fig,
+                         "Gain of spoofing vs the number of competing flows, per transfer size "
+                         "(study Figures 9 and 10)."))
+
+    held = _buffer_figure(out, rows, flows)
+    if held:
+        parts.append(held)
+
+    body = []
+    for (s, n), e in sorted(tab.items()):
+        sv, rv, dv = e["sender_bps"], e["receiver_bps"], e["drops"]
+        body.append([str(max(1, round(s / PACKET))), str(n),
+                     fmt(e["path_drop_rate"] * 100 if e["path_drop_rate"] is not None else None, 1),
+                     _kb(sv["regular"], sv["ci_regular"]), _kb(sv["spoofed"], sv["ci_spoofed"]), fmt(sv["pct"], 0),
+                     _kb(rv["regular"], rv["ci_regular"]), _kb(rv["spoofed"], rv["ci_spoofed"]), fmt(rv["pct"], 0),
+                     fmt(dv["regular"]), fmt(dv["spoofed"]), _kb8(*e["buffer_peak"][:2]),
+                     f"{sv['n_regular']}/{sv['n_spoofed']}"])
+    parts.append("<h3>The numbers (means; ± 95% interval)</h3>" + html_table(
+        ["packets", "flows", "r1 drop %", "sender regular kbit/s", "sender spoofed kbit/s", "sender gain %",
+         "receiver regular kbit/s", "receiver spoofed kbit/s", "receiver gain %", "drops regular",
+         "drops spoofed", "spoofer peak KB", "runs e2e/spoofed"], body))
+    return parts
+
+
+def _kb8(mean: float | None, ci: float | None) -> str:
+    """Bytes as KB (the spoofer's buffer)."""
+    if mean is None:
+        return "–"
+    return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
+
+
+def _buffer_figure(out: str, rows: list[CellRow], flows: list[int]) -> str:
+    """Data accumulating at the spoofer over time (the study's cache
+    occupancy): pepd's buffered bytes, sampled, for the largest transfer of
+    each competing-flow count (its first repetition)."""
+    spoofed = [r for r in rows if r.status in MEASURED and r.params.get("pep", "none") != "none"]
+    if not spoofed:
+        return ""
+    largest = max(int(r.params["size"]) for r in spoofed)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = 0
+    for i, n in enumerate(flows):
+        pick = sorted((r for r in spoofed if int(r.params["size"]) == largest
+                       and int(r.params.get(FLOWS) or 0) == n), key=lambda r: r.repetition)
+        series = _spoofer_buffer(out, pick[0]) if pick else []
+        if series:
+            ax.plot([t for t, _ in series], [b / 1e3 for _, b in series], color=f"C{i}", lw=1,
+                    label=f"{n} competing flow(s)")
+            drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return ""
+    ax.set_xlabel("time since the spoofer's first sample of the transfer (s)")
+    ax.set_ylabel("bytes held by the spoofer (KB)")
+    ax.grid(alpha=.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return figure("spoofing_spoofer_buffer", out, fig,
+                   f"Data accumulating at the spoofer over time: pepd's buffered bytes (LAN receive queue, "
+                   f"relay pipe and WAN send queue of its connections; trace_interval samples), "
+                   f"{max(1, round(largest / PACKET))}-packet transfers, first repetition. The table's "
+                   f"'spoofer peak KB' is the most it held per transfer.")
+
+
+def _kb(mean: float | None, ci: float | None) -> str:
+    if mean is None:
+        return "–"
+    return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
+
+
+def _spoof_config(out: str, rows: list[CellRow]) -> str:
+    r = rows[0]
+    flows = sorted({int(x.params.get(FLOWS) or 0) for x in rows})
+    sizes = sorted({max(1, round(int(x.params["size"]) / PACKET)) for x in rows})
+    reps = max(x.repetition for x in rows) + 1
+    return (
+        "<p><b>Configuration.</b> h5 &rarr; h1 FTP download (vsftpd, NcFTP; SHA-256 checked) across "
+        "r1 &mdash; Internet link &mdash; r2 &mdash; spoofer h2 &mdash; T1 satellite link (250 ms each way) "
+        "&mdash; h1; competing FTP-like flows h3 &rarr; h4 over the Internet link (constant count, "
+        "Poisson starts, replaced as they end), the main flow 5 s after them; Reno with SACK and delayed "
+        "ACKs on h1 and h5; 1500-byte packets. Spoofer: pepd with <code>handshake=end-to-end</code> "
+        "(setup end to end, data and teardown spoofed). Internet link and queue: "
+        f"<code>{html.escape(str((r.config.get('links') or {}).get('inet', '')))[:300]}</code>. "
+        f"Kernel: {html.escape(kernels(out, rows))}.</p>"
+        "<p><b>Where this departs from the study.</b> Real Linux stacks, not ns-2 2.1b8; the study's "
+        "Internet link rate, delay and queue sizes were lost from its text (ours: 10 Mbit/s, 40 ms each "
+        "way, r1's 40-packet drop-tail queue); our competing flows are Linux TCP with short RTTs, more "
+        f"aggressive than the study's, so {min(flows)}..{max(flows)} flows here span roughly the loss the "
+        "study reached with 0..200 (the table gives r1's drop rate per point); the spoofer's cache is its "
+        "socket buffers, not infinite; FTP's control connection precedes the measured data connection; "
+        f"{reps} repetitions per point, not 30, and {len(sizes)} sizes ({min(sizes)}..{max(sizes)} packets), "
+        "not the study's fine grid. Drops are the main flow's retransmissions (SACK), not simulator drop "
+        "events. A sweep's cells of one flow count and spoofer setting may share one testbed (a batch): "
+        "the competing traffic then runs on between transfers, and each transfer after the first meets "
+        "it in its steady state rather than 5 s after its start.</p>")
+
+
+STUDY = Study(NAME, from_scenario("spoofing"), page)
