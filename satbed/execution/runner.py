@@ -363,7 +363,8 @@ class Session:
                                                       if isinstance(n.get("connections_split", 0), int))}
         if self.emus:
             stopped = {name: _safely(emu.stop, result) for name, emu in self.emus.items()}
-            primary = self.plan.primary or next(iter(self.emus))
+            # After a partial build the primary emulator may be one that never started.
+            primary = self.plan.primary if self.plan.primary in self.emus else next(iter(self.emus))
             result["emulator"] = stopped[primary]
             if len(self.emus) > 1:
                 result["emulators"] = stopped
