@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
+
+import yaml
 
 from analysis import outage
 from analysis import report as run_report
 from analysis.tsg import Window
-from satbed import __version__
+from satbed import __version__, worker
+from satbed.backends import clients
 from satbed.core.errors import SatbedError, error_line
 from satbed.core.settings import Settings
+from satbed.execution import estimate, fidelity, matrix, runner, supervisor
+from satbed.model import experiment, params, scenario
+from satbed.model.config import RunConfig
 from satbed.report import page, summary
 
 
@@ -37,14 +44,18 @@ def link_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=1, help="seed for errors and file contents")
 
 
-def _seconds(v: str) -> float:
-    try:
-        s = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not 0 < s < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {v!r}")
-    return s
+def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A parameter's flag text parser, its ValueError argparse's one line."""
+    if parse is str:
+        return str
+
+    def flag(v: str) -> Any:
+        try:
+            return parse(v)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    flag.__name__ = getattr(parse, "__name__", "value")
+    return flag
 
 
 def link_from(args: argparse.Namespace):
@@ -54,47 +65,39 @@ def link_from(args: argparse.Namespace):
                                 backend=args.emulator, seed=args.seed, **extra)
 
 
-# `satbed run` flags that are matrix parameters (matrix.PARAMS) of the same name, and their defaults.
-RUN_PARAMS = {"client": "ping", "pep": "none", "pep_options": "", "size": "10M", "direction": "download",
-              "rtt": "0", "ber": "0", "rate": None, "ceil": None, "queue": None, "emulator": "auto",
-              "captures": "headers", "time_limit": None, "seed": 1, "topology": "globalhawk"}
-
-
-def run_config(args: argparse.Namespace):
+def run_config(args: argparse.Namespace) -> RunConfig:
     """`satbed run`'s configuration through the one parameter table and the
-    path a matrix cell takes (matrix.PARAMS, matrix.run_config): defaults,
-    then the scenario's values, then the flags actually typed."""
-    import yaml
-    from satbed.execution import matrix
-    from satbed.model import scenario
-    params = {k: default for k, (_, default) in matrix.PARAMS.items()}
-    params["graphs"] = True
+    path a matrix cell takes (params.resolve, experiment.run_config):
+    defaults, then the scenario's values, then its --set paths, then the
+    flags actually typed (a flag not typed is absent from args)."""
+    typed = {k: getattr(args, k) for k in params.PARAMS if hasattr(args, k)}
     scenario_params: dict = {}
     if args.scenario:
-        if "topology" in args.typed:
+        if "topology" in typed:
             raise SatbedError("--scenario names its own topology; drop --topology")
         scenario_params = scenario.load(args.scenario).params
     elif args.set:
         raise SatbedError("--set changes a scenario: give --scenario too")
-    given = {k: getattr(args, k) for k in RUN_PARAMS if k in args.typed}
+    paths: dict = {}
     for item in args.set or []:
         path, eq, text = item.partition("=")
         if not eq or "." not in path:
             raise SatbedError(f"--set {item!r}: give PATH=VALUE, e.g. links.sat.ber=1e-5")
         try:
-            given[path] = yaml.safe_load(text)
+            paths[path] = yaml.safe_load(text)
         except yaml.YAMLError:
             raise SatbedError(f"--set {item!r}: the value is not valid YAML") from None
-    for k, v in {**scenario_params, **given}.items():
-        params[k] = matrix._normalise(f"--{k.replace('_', '-')}" if k in given else k, k, v)
-    params["analyze"] = params["analyze"] and not args.no_analysis
-    return matrix.run_config(params, 0)
+    values = params.resolve([("", scenario_params), ("--", paths), ("--", typed)], clients.REGISTRY,
+                            base={**params.defaults(), "graphs": True})
+    values["analyze"] = values["analyze"] and not args.no_analysis
+    return experiment.run_config(values, 0, clients.REGISTRY)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from satbed.execution import runner
     cfg = run_config(args)
     run_dir, result = runner.run(cfg, args.out, backend=args.backend)
+    if cfg.analyze and cfg.captures != "none":
+        worker.analyze(run_dir, cfg)
     print(run_dir)
     summary = {k: result[k] for k in ("client", "goodput_bps", "integrity", "tcp_connect_ms",
                                       "rtt_ms_avg", "rtt_ms_max", "loss", "bytes", "seconds",
@@ -104,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                if k in result}
     print(json.dumps(summary, sort_keys=True))
     if result.get("time_limited"):
-        print(f"satbed: time limit: {args.client} stopped after {result['seconds']:.0f} s with "
+        print(f"satbed: time limit: {cfg.client} stopped after {result['seconds']:.0f} s with "
               f"{result['bytes']} of {result['bytes_expected']} bytes delivered (prefix integrity "
               f"{result['prefix_integrity']}); goodput is measured over the limit", file=sys.stderr)
     return 0 if result.get("integrity", "ok") in ("ok", "incomplete") else 1
@@ -158,23 +161,22 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from satbed.execution import matrix
     exp = matrix.load(args.file, args.backend, args.repetitions)
     if args.fidelity:
-        matrix.fidelity(exp, args.out, args.jobs, backend=args.backend)
+        fidelity.fidelity(exp, args.out, args.jobs, backend=args.backend)
         return 0
     if args.estimate:
-        est = matrix.wall_estimate(exp, args.estimate, args.jobs)
+        est = estimate.wall_estimate(exp, args.estimate, args.jobs)
         print(json.dumps(est, sort_keys=True))
         return 0
     try:
-        counts = matrix.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry,
-                                   batch=not args.no_batch)
+        counts = supervisor.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry,
+                                       batch=not args.no_batch)
     except KeyboardInterrupt:
         print("satbed: interrupted; running cells stopped, testbeds removed; run again to resume",
               file=sys.stderr)
         return 130
-    rows = matrix.rows_of(exp, args.out)
+    rows = supervisor.rows_of(exp, args.out)
     print(summary.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
     print(json.dumps(counts, sort_keys=True))
     # limited is a measurement (what arrived within the time limit); failed,
@@ -246,32 +248,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     r = sub.add_parser("run", help="one experiment on a fresh testbed")
-    r.add_argument("--client", default="ping", help="ping, ftp, scp, sftp, rsync, saratoga, nuttcp-tcp, ...")
-    r.add_argument("--pep", default="none", help="a PEP adapter name from pep/adapters (none, pepd, ...), or with "
-                                                 "--backend docker any PEP image (lab/pep:1; pep/CONTRACT.md)")
-    r.add_argument("--pep-options", default="", help="key=value options passed to the PEP adapter")
-    r.add_argument("--size", default="10M", help="transfer size, e.g. 100M (K/M/G suffixes)")
-    r.add_argument("--direction", default="download", help="download (aircraft to ground) or upload")
-    r.add_argument("--topology", default="globalhawk")
+    link = r.add_argument_group("satellite link")
+    for param in params.TABLE:
+        if param.flag is None:
+            continue
+        # Absent unless typed: a scenario's values give way only to flags typed.
+        (link if param.flag.group == "link" else r).add_argument(
+            param.option, dest=param.name, default=argparse.SUPPRESS, help=param.flag.help,
+            type=_flag_type(param.flag.type), metavar=param.flag.metavar)
     r.add_argument("--scenario", metavar="NAME", help="a scenario (scenarios/NAME.yaml or a path): topology, "
                                                       "links, PEPs, TCP profiles, workload; flags given beside it override it")
     r.add_argument("--set", action="append", metavar="PATH=VALUE",
                    help="with --scenario: change one value of the file, e.g. links.sat.ber=1e-5, "
                         "workload.traffic.groups.0.concurrent=50, topology.routers.r1.interfaces.wan.queue=20")
-    r.add_argument("--captures", default="headers", choices=("headers", "full", "none"),
-                   help="headers (default), full or none")
     r.add_argument("--no-analysis", action="store_true", help="skip tcptrace analysis and the report")
-    r.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
-                   help="stop a transfer still running after S seconds and measure what it delivered")
     r.add_argument("--out", default="runs", help="results directory (default ./runs)")
     r.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
                    help="testbed backend: namespaces (mininet), containers (docker; `make images` first) "
                         "or the machines of an inventory (ansible; docs/testbed/physical.md)")
     r.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the Ansible inventory of the "
                                                        "test bed's machines (playbooks/inventory.example.yml)")
-    link_args(r)
     r.set_defaults(fn=cmd_run)
-    p.run_parser = r
 
     c = sub.add_parser("cli", help="bring the testbed up with Mininet's CLI")
     c.add_argument("--topology", default="globalhawk")
@@ -333,15 +330,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        args.typed = set()
-        if args.command == "run":
-            # Which options were typed (a scenario's values give way only to those):
-            # argparse fills a default only where the namespace has no value yet.
-            words = list(sys.argv[1:] if argv is None else argv)
-            unset = object()
-            probe = argparse.Namespace(**{k: unset for k in RUN_PARAMS})
-            parser.run_parser.parse_args(words[words.index("run") + 1:], namespace=probe)
-            args.typed = {k for k in RUN_PARAMS if getattr(probe, k) is not unset}
         if getattr(args, "inventory", None):
             if args.backend != "ansible":
                 raise SatbedError("--inventory goes with --backend ansible")

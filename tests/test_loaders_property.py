@@ -63,9 +63,10 @@ def test_topology_parse_returns_a_spec_or_one_error(doc):
 @PROFILE
 @given(st.one_of(documents, experiments))
 def test_experiment_build_returns_cells_or_one_error(doc):
-    from satbed.execution import matrix
+    from satbed.backends import clients
+    from satbed.model import experiment
     try:
-        matrix._build(doc, "fuzz.yaml", "mininet")
+        experiment._build(doc, "fuzz.yaml", "mininet", clients.REGISTRY)
     except SatbedError as e:
         assert "\n" not in str(e)
 

@@ -39,12 +39,13 @@ def test_a_cell_keeps_its_identity_in_another_checkout(monkeypatch):
     # Scenario, topology and link-profile paths are absolute in a cell's
     # configuration; a resume from another clone must find the same cells.
     from satbed.execution import matrix
+    from satbed.model import experiment
     for name in ("scenarios/outage.yaml", "experiments/wanrate-adapt.yaml"):
         cells = matrix.load(os.path.join(REPO, name)).cells
         assert any(REPO in json.dumps(c.config) for c in cells), name
         moved = [json.loads(json.dumps(c.config).replace(REPO, "/srv/another-clone")) for c in cells]
-        monkeypatch.setattr(matrix, "REPO_ROOT", "/srv/another-clone")
-        assert [matrix.cell_digest(m) for m in moved] == [c.hash for c in cells], name
+        monkeypatch.setattr(experiment, "REPO_ROOT", "/srv/another-clone")
+        assert [experiment.cell_digest(m) for m in moved] == [c.hash for c in cells], name
         monkeypatch.undo()
 
 
@@ -150,13 +151,13 @@ def test_shipped_experiment_files_parse():
 
 
 def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
-    from satbed.execution import matrix
+    from satbed.execution import admission, matrix
     fast = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, emulator: userspace}\n"
                                        "axes: {rtt: [0, 100, 300, 600, 700, 800, 900, 1000]}\n")).cells
     slow = matrix.load(write(tmp_path, "fixed: {client: scp, pep: none, rate: 8mbit, ber: 1e-5, emulator: userspace}\n"
                                        "axes: {rtt: [2000, 2500, 3000, 3500, 4000]}\n")).cells
     host = {"cores": 2, "mem_available": 16 << 30}
-    admit = matrix.Admission.for_host(None, host)
+    admit = admission.Admission.for_host(None, host)
     assert admit.budget == 1.6
     assert 0.15 < fast[0].cost < 0.2 and slow[-1].cost < 0.035     # 7.6 Mbit/s vs a loss-bound crawl
     running: list = []
@@ -171,14 +172,14 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert admit.pick([], []) is None and admit.pick(full, []) == 0
     # The measured load vetoes what the model would admit (another program, a model too low).
     assert admit.pick(full, full[:1], busy=0.5) == 0 and admit.pick(full, full[:1], busy=1.5) is None
-    meter = matrix.CpuMeter()
+    meter = admission.CpuMeter()
     meter.sample()
     sum(range(300000))
     meter.sample()
     assert 0 <= meter.busy_cores() <= meter.cores
     # Memory bounds the count; a fixed --jobs ignores cost.
-    assert matrix.Admission.for_host(None, {"cores": 2, "mem_available": 600 << 20}).max_cells == 2
-    fixed = matrix.Admission.for_host(3, host)
+    assert admission.Admission.for_host(None, {"cores": 2, "mem_available": 600 << 20}).max_cells == 2
+    fixed = admission.Admission.for_host(3, host)
     assert fixed.pick(full, full[:2]) == 0 and fixed.pick(full, full[:3]) is None
     # A cell whose cost exceeds the budget (1 Gbit/s) still runs, alone.
     big = full[0]
@@ -186,7 +187,7 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert admit.pick([big], []) == 0 and admit.pick([big], full[:1]) is None
     # The wall time simulation: four 100 s full-rate cells fit at once.
     assert admit.simulate(full[1:5], [100, 100, 100, 100]) == 100
-    assert matrix.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
+    assert admission.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
 
 
 def _fake_store(out: str) -> None:
@@ -395,12 +396,12 @@ def test_report_and_csv_carry_cpu_per_gb(tmp_path):
 
 
 def test_wall_estimate_interpolates_measured_cells(tmp_path):
-    from satbed.execution import matrix
+    from satbed.execution import estimate, matrix
     out = str(tmp_path / "m")
     _fake_store(out)
     exp = matrix.load(write(tmp_path, "fixed: {client: nuttcp-tcp, pep: none, emulator: userspace, size: 4M,"
                                        " rate: 8mbit}\naxes: {rtt: [50, 300, 600], ber: [0, 1e-7]}\n"))
-    est = matrix.wall_estimate(exp, [os.path.join(out, "results.sqlite")], jobs=1)
+    est = estimate.wall_estimate(exp, [os.path.join(out, "results.sqlite")], jobs=1)
     # nuttcp-tcp borrows ftp's curve (seconds per byte at 0, 100 and 300 ms: 1, 2 and 4
     # units), interpolated at 50 ms and held beyond the last RTT measured (300 ms; 100 ms
     # at BER 1e-7, which the fake matrix lacks at 300 ms), scaled to 4 MiB, plus 4 s per cell.
@@ -427,7 +428,7 @@ def _leftovers(out: str) -> list[str]:
         if prefix and f" {prefix}-" in links:
             left.append(prefix + " links")
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    left += [ln for ln in ps.splitlines() if "--run-cell" in ln and out in ln]
+    left += [ln for ln in ps.splitlines() if "satbed.worker" in ln and out in ln]
     return left
 
 
@@ -771,29 +772,29 @@ def test_gallery_draws_ftp_and_scp_first(tmp_path):
 # --- batches: cells that share a testbed ---------------------------------------------------------
 
 def test_batch_key_groups_cells_by_what_needs_a_rebuild(tmp_path):
-    from satbed.execution import matrix
+    from satbed.execution import batches, matrix
     # Size and repetition change only the transfer; the RTT and the PEP rebuild the testbed.
     cells = matrix.load(write(tmp_path, "repetitions: 2\nfixed: {client: ftp, emulator: userspace, rate: 8mbit}\n"
                                         "axes: {size: [64K, 1M], rtt: [100, 500], pep: [none, pepd]}\n")).cells
     keys = {}
     for c in cells:
-        keys.setdefault(matrix.batch_key(c), set()).add((c.params["rtt"], c.params["pep"]))
+        keys.setdefault(batches.batch_key(c), set()).add((c.params["rtt"], c.params["pep"]))
     assert len(keys) == 4 and all(len(v) == 1 for v in keys.values())
-    batches = matrix.plan_batches(cells)
-    assert sorted(len(b) for b in batches) == [4, 4, 4, 4]
+    planned = batches.plan_batches(cells)
+    assert sorted(len(b) for b in planned) == [4, 4, 4, 4]
     # Repetition by repetition: every size of repetition 0 before any of repetition 1.
-    assert [c.repetition for c in batches[0]] == [0, 0, 1, 1]
-    assert [len(b) for b in matrix.plan_batches(cells, batch=False)] == [1] * 16
+    assert [c.repetition for c in planned[0]] == [0, 0, 1, 1]
+    assert [len(b) for b in batches.plan_batches(cells, batch=False)] == [1] * 16
     # A link schedule starts with each transfer: such cells get a testbed each.
     sched = matrix.load(write(tmp_path, "fixed: {client: ftp, emulator: userspace, rate: 8mbit,"
                                         " link: {outage: {period_s: 40, down_s: 10, offset_s: 10}}}\naxes: {size: [64K, 1M]}\n"))
-    assert [matrix.batch_key(c) for c in sched.cells] == [None, None]
+    assert [batches.batch_key(c) for c in sched.cells] == [None, None]
     # A long group is cut so a batch stays near BATCH_S.
     long = matrix.load(write(tmp_path, "repetitions: 40\nfixed: {client: ftp, emulator: userspace, rate: 1mbit,"
                                        " size: 4M}\n")).cells
-    parts = matrix.plan_batches(long)
+    parts = batches.plan_batches(long)
     assert len(parts) > 1 and sum(map(len, parts)) == 40
-    assert all(matrix.batch_estimate(b) <= matrix.BATCH_S + max(c.estimate_s for c in b) for b in parts)
+    assert all(batches.batch_estimate(b) <= batches.BATCH_S + max(c.estimate_s for c in b) for b in parts)
 
 
 BATCH_EXP = ("fixed: {client: ftp, pep: none, emulator: userspace, rate: 8mbit, rtt: 100}\n"
@@ -878,14 +879,14 @@ def test_an_interrupted_batch_resumes_at_its_first_undone_cell(tmp_path):
 
 
 def test_a_transfer_share_of_a_shared_emulator_differences_counters_only():
-    from satbed.execution import runner
+    from satbed.execution import slices
     was = {"t_s": 10.0, "directions": {"a_to_b": {"frames_in": 100, "bytes_in": 150_000, "drops": {"ber": 3, "queue": 1},
                                                   "rate_bps": 8e6, "delay_ms": 300, "ber": 1e-5, "up": True,
                                                   "queue_high_water_packets": 40, "tx_late_p99_us": 900}}}
     now = {"t_s": 25.0, "directions": {"a_to_b": {"frames_in": 160, "bytes_in": 240_000, "drops": {"ber": 5, "queue": 1},
                                                   "rate_bps": 8e6, "delay_ms": 300, "ber": 1e-5, "up": True,
                                                   "queue_high_water_packets": 45, "tx_late_p99_us": 700}}}
-    share = runner.satemu_share(now, was)
+    share = slices.satemu_share(now, was)
     d = share["directions"]["a_to_b"]
     assert (d["frames_in"], d["bytes_in"], d["drops"]) == (60, 90_000, {"ber": 2, "queue": 0})
     # Values in force, marks and quantiles are not counters: as at the end.

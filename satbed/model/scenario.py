@@ -21,7 +21,7 @@ plus background traffic), and the sweep `satbed matrix` runs.
 
 `satbed run --scenario NAME` runs it once (the matrix block ignored);
 `satbed matrix scenarios/NAME.yaml` runs its sweep. Both build each run's
-configuration through matrix.run_config, so one run and one cell of the
+configuration through experiment.run_config, so one run and one cell of the
 same parameters are the same configuration."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Scenario:
     name: str
     path: str
     description: str
-    params: dict            # matrix parameters (matrix.PARAMS keys) the scenario fixes
+    params: dict            # run parameters (params.PARAMS keys) the scenario fixes
     matrix: dict            # repetitions, timeout, axes
     doc: dict               # the file, for extras()
 

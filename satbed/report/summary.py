@@ -8,7 +8,7 @@ import re
 import statistics
 from collections import Counter, defaultdict
 
-from satbed.execution.matrix import without_options_for_no_pep
+from satbed.model.experiment import without_options_for_no_pep
 from satbed.results.store import MEASURED, CellRow
 
 from .common import PROTOCOL_ORDER, fmt_ber, human_size, mean_ci, measured, param_key, pep_label

@@ -1,0 +1,120 @@
+"""Which cells may run at once: their modelled CPU cost against the cores
+(Admission), checked against the measured load (CpuMeter)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from dataclasses import dataclass
+
+from satbed.model.experiment import Cell
+
+CPU_SHARE = 0.8      # of the cores, for cells; the rest for the parent and testbed setups
+CELL_MEMORY = 300 << 20
+
+
+def host_info() -> dict:
+    mem = 0
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"cores": os.cpu_count() or 1, "mem_available": mem, "kernel": os.uname().release,
+            "hostname": os.uname().nodename}
+
+
+class CpuMeter:
+    """Busy cores over the last few seconds, from /proc/stat: the admission's
+    check on its own model, which does not know what else the machine runs
+    or how a cell's cost grows when many share the cores."""
+
+    def __init__(self, window_s: float = 5.0):
+        self.window_s = window_s
+        self.samples: collections.deque = collections.deque()
+        self.cores = os.cpu_count() or 1
+
+    def sample(self) -> None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return
+        now = time.monotonic()
+        self.samples.append((now, sum(v) - v[3] - v[4], sum(v)))   # busy (all but idle, iowait), total
+        while len(self.samples) > 2 and now - self.samples[1][0] > self.window_s:
+            self.samples.popleft()
+
+    def busy_cores(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (_, b0, t0), (_, b1, t1) = self.samples[0], self.samples[-1]
+        return self.cores * (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+@dataclass
+class Admission:
+    """Which pending cell may start now. `--jobs N` runs N cells whatever they
+    cost. By default cells start while their summed cost stays within
+    CPU_SHARE of the cores (and memory holds them): a Global Hawk matrix then
+    runs its loss-bound TCP cells, long but nearly idle, beside as many
+    full-rate cells as the CPU carries without slowing any of them."""
+    jobs: int | None
+    budget: float         # cores
+    max_cells: int
+
+    @classmethod
+    def for_host(cls, jobs: int | None = None, host: dict | None = None) -> "Admission":
+        host = host or host_info()
+        by_mem = int(host["mem_available"] / CELL_MEMORY) if host["mem_available"] else 64
+        return cls(jobs, CPU_SHARE * host["cores"], max(1, by_mem))
+
+    def pick(self, pending: list[Cell], running: list[Cell], busy: float | None = None) -> int | None:
+        """Index of the first pending cell that fits beside the running ones:
+        by their modelled cost and, given the measured busy cores, by that too."""
+        if not pending:
+            return None
+        if self.jobs is not None:
+            return 0 if len(running) < self.jobs else None
+        if not running:
+            return 0
+        if len(running) >= self.max_cells:
+            return None
+        used = sum(c.cost for c in running)
+        for i, c in enumerate(pending):
+            if used + c.cost <= self.budget and (busy is None or busy + c.cost <= self.budget):
+                return i
+        return None
+
+    def parallel(self, cells: list[Cell]) -> float:
+        """Cells expected at once, for the ETA."""
+        if self.jobs is not None or not cells:
+            return float(self.jobs or 1)
+        mean = sum(c.cost for c in cells) / len(cells)
+        return max(1.0, min(float(self.max_cells), len(cells), self.budget / mean))
+
+    def describe(self) -> str:
+        if self.jobs is not None:
+            return f"--jobs {self.jobs}"
+        return f"cells started while their cost fits {self.budget:.1f} cores (at most {self.max_cells})"
+
+    def simulate(self, cells: list[Cell], seconds: list[float]) -> float:
+        """Wall time of running cells (in this order, each taking its seconds)
+        under this admission, ignoring the spawn gap."""
+        pending = list(zip(cells, seconds))
+        running: list[tuple[float, Cell]] = []
+        now = 0.0
+        while pending or running:
+            while True:
+                i = self.pick([c for c, _ in pending], [c for _, c in running])
+                if i is None:
+                    break
+                c, t = pending.pop(i)
+                running.append((now + t, c))
+            running.sort(key=lambda r: r[0])
+            now, _ = running.pop(0)
+        return now
+

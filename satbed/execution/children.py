@@ -1,0 +1,220 @@
+"""The processes that run cells: spawning one (its own session, its own
+directory), watching it, stopping it, and reading what it left (collect).
+A child is `python3 -m satbed.worker cell DIR` or `batch DIR` (the
+commands floor runs the cell, then its analysis)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from satbed.backends import records
+from satbed.backends.testbed import clean
+from satbed.core import paths
+from satbed.core.errors import SatbedError
+from satbed.core.proc import REPO_ROOT
+from satbed.model.experiment import Cell
+from satbed.results.metrics import run_metrics
+from satbed.results.store import CellRow
+
+PYTHON = "/usr/bin/python3"
+WORKER = "satbed.worker"    # the child's entry point (a module run with -m)
+TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
+CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
+EXIT_FILE = "cell.exit"     # its exit status, written as it ends
+
+
+@dataclass
+class Child:
+    cell: Cell                # the cell it runs now (a batch's: its first not yet collected)
+    proc: subprocess.Popen
+    started: float            # time.time() when `cell` started
+    mono: float               # time.monotonic() when `cell` started
+    deadline: float
+    terminated_at: float | None = None
+    reason: str = ""          # timeout | interrupted
+    batch: list[Cell] = field(default_factory=list)   # a batch's cells not yet collected, `cell` first
+    out: str = ""             # the results directory (a batch's cells are collected from it one by one)
+
+    def next_cell(self) -> None:
+        """The batch's current cell was collected: the clock starts for the next."""
+        self.batch.pop(0)
+        now = time.monotonic()
+        if self.batch:
+            self.cell, self.started, self.mono = self.batch[0], time.time(), now
+            self.deadline = now + self.cell.timeout_s
+        else:
+            self.deadline = now + 2 * TERM_GRACE_S    # its teardown
+
+
+class Orphan:
+    """A cell child that a killed matrix left running in its own session. A
+    resumed matrix adopts it instead of deleting its directory and starting
+    the cell again: it is watched by pid and start time, and its exit status
+    is the one its worker wrote (none: it was killed)."""
+
+    def __init__(self, pid: int, start: int, cell_dir: str):
+        self.pid, self.start, self.cell_dir = pid, start, cell_dir
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and records.start_time(self.pid) != self.start:
+            self.returncode = read_exit(self.cell_dir)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"cell pid {self.pid}", timeout)
+            time.sleep(0.1)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if records.start_time(self.pid) == self.start:
+            os.kill(self.pid, sig)
+
+
+def running_child(cell_dir: str) -> tuple[int, int] | None:
+    """(pid, start time) of the process still running this cell, if any."""
+    try:
+        with open(os.path.join(cell_dir, CHILD_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+        pid, start = int(doc["pid"]), int(doc["start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, start) if records.start_time(pid) == start else None
+
+
+def write_exit(cell_dir: str, code: int) -> None:
+    """A cell's exit status, whole or not at all: the parent polls for the
+    file and read an empty one, just created, as a killed cell."""
+    tmp = os.path.join(cell_dir, EXIT_FILE + ".tmp")
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(f"{code}\n")
+    os.replace(tmp, os.path.join(cell_dir, EXIT_FILE))
+
+
+def read_exit(cell_dir: str) -> int:
+    """The exit status a cell child recorded; -9 (killed) when it recorded none."""
+    try:
+        with open(os.path.join(cell_dir, EXIT_FILE), encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return -signal.SIGKILL
+
+
+def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
+    """One cell in a child process with its own session: Ctrl-C in the
+    terminal reaches only the parent, which then stops children in order."""
+    if running_child(cell_dir):
+        raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
+    if os.path.isdir(cell_dir):
+        shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
+    os.makedirs(os.path.dirname(cell_dir), exist_ok=True)
+    paths.private_dir(cell_dir)
+    with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
+        json.dump({"params": cell.params, "repetition": cell.repetition, "config": cell.config,
+                   "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
+    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"))
+    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
+    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
+    return child
+
+
+def spawn_worker(args: list[str], log_path: str) -> subprocess.Popen:
+    log = open(log_path, "w", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
+    # outside a matrix) would take the CPU cells side by side need, so no cell
+    # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
+    env.setdefault("SATBED_EMULATOR_SPIN_US", "0")
+    try:
+        return subprocess.Popen([PYTHON, "-m", WORKER, *args], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, cwd=REPO_ROOT)
+    finally:
+        log.close()
+
+
+def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:
+    """The row of child's current cell; rc: the cell's own exit status (a
+    batch's cells record theirs), else the child process's."""
+    finished = time.time()
+    if rc is None:
+        rc = child.proc.returncode
+    # result.json with the cell's analysis.json laid over it.
+    metrics = run_metrics(cell_dir)
+    error = metrics.get("error")
+    if status_override:
+        # The runner only saw a SIGTERM; say why it came.
+        status = status_override
+        error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
+    elif rc == 0 and not error:
+        status = "limited" if metrics.get("time_limited") else "ok"
+    elif rc is not None and (rc < 0 or rc >= 128):
+        # Killed (SIGKILL, SIGTERM from outside): not a result; a resumed matrix redoes it.
+        status, error = "interrupted", error or f"cell process killed (exit {rc})"
+    else:
+        status = "failed"
+        if not error and rc == 3:
+            error = f"integrity {metrics.get('integrity')}"
+        error = error or _log_tail(cell_dir) or f"exit {rc}"
+    return CellRow(hash=child.cell.hash, experiment="", params=child.cell.params, config=child.cell.config,
+                   repetition=child.cell.repetition, status=status, error=error,
+                   goodput_bps=metrics.get("goodput_bps"), metrics=metrics, started=child.started,
+                   finished=finished, seconds=finished - child.started, estimate=child.cell.estimate_s)
+
+
+def _log_tail(cell_dir: str) -> str:
+    """The last line its child logged: the cell's own, or its batch's."""
+    log = os.path.join(cell_dir, "matrix.log")
+    if not os.path.exists(log):
+        try:
+            with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
+                log = os.path.join(str((json.load(f).get("batch") or {}).get("dir") or cell_dir), "matrix.log")
+        except (OSError, ValueError, AttributeError):
+            pass
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def signal_child(child: Child, sig: int, group: bool = False) -> None:
+    try:
+        if group:
+            os.killpg(child.proc.pid, sig)
+        else:
+            child.proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def clean_leftovers() -> list[str]:
+    """What SIGKILLed children left: their testbeds' records name dead owners."""
+    try:
+        return clean()
+    except SatbedError as e:
+        return [f"clean failed: {e}"]
+
+
+def stop_children(children: list[Child]) -> None:
+    for ch in children:
+        if ch.proc.poll() is None:
+            signal_child(ch, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    for ch in children:
+        try:
+            ch.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            signal_child(ch, signal.SIGKILL, group=True)
+            ch.proc.wait()

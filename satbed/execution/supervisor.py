@@ -1,0 +1,276 @@
+"""`satbed matrix`'s parent: cells (and batches of them) run in parallel,
+each in its own child process and its own prefixed testbed, admitted by
+their modelled CPU cost, stopped at their time limit, and recorded in
+DIR/results.sqlite. A second run of the same file skips finished cells; a
+killed matrix's children still running are adopted by the next."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from typing import TextIO
+
+from satbed.core import paths
+from satbed.core.errors import SatbedError
+from satbed.core.proc import require_root
+from satbed.core.units import human_bps
+from satbed.execution.admission import Admission, CpuMeter, host_info
+from satbed.execution.batches import plan_batches, spawn_batch
+from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
+                                       read_exit, running_child, signal_child, spawn, stop_children)
+from satbed.execution.estimate import fmt_s
+from satbed.model.experiment import Cell, Experiment
+from satbed.results.store import DONE, MEASURED, CellRow, Store
+
+SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound bursts of ~1.5 s
+
+
+class Progress:
+    """A progress line on stderr: redrawn in place on a terminal, one line per
+    finished cell otherwise (logs and pipes)."""
+
+    def __init__(self, total: int, parallel: float, stream: TextIO = sys.stderr):
+        self.total, self.parallel, self.stream = total, parallel, stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.done = self.ok = self.failed = 0
+        self.actual = self.expected = 0.0
+
+    def finished(self, cell: Cell, status: str, seconds: float, note: str = "") -> None:
+        self.done += 1
+        self.ok += status == "ok"
+        self.failed += status != "ok"
+        self.actual += seconds
+        self.expected += cell.estimate_s
+        # On a terminal the line replaces the bar, which the next draw() puts back below it.
+        clear = "\r\033[K" if self.tty else ""
+        self.stream.write(f"{clear}[{self.done}/{self.total}] {status:<7} "
+                          f"{seconds:6.1f}s {cell.label()} {note}  (ETA {fmt_s(self._eta)})\n")
+        self.stream.flush()
+
+    def draw(self, running: list[tuple[Cell, float]], pending: list[Cell]) -> None:
+        now = time.monotonic()
+        ratio = self.actual / self.expected if self.expected else 1.0
+        left = ratio * sum(c.estimate_s for c in pending) + sum(
+            max(0.0, ratio * c.estimate_s - (now - t)) for c, t in running)
+        self._eta = left / max(1.0, self.parallel)
+        if not self.tty:
+            return
+        width = 30
+        fill = int(width * self.done / self.total) if self.total else width
+        line = (f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} ok {self.ok} "
+                f"failed {self.failed} running {len(running)} elapsed {fmt_s(now - self.started)} "
+                f"ETA {fmt_s(self._eta)} ")
+        self.stream.write(line)
+        self.stream.flush()
+
+    _eta = 0.0
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+
+def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str = "mininet",
+               retry: bool = False, stream=sys.stderr, batch: bool = True) -> dict:
+    """Run every cell not already done; returns counts. Raises KeyboardInterrupt
+    after stopping all children when interrupted."""
+    require_root()
+    if jobs is not None and jobs < 1:
+        raise SatbedError(f"--jobs must be at least 1, got {jobs}")
+    if backend == "ansible":
+        # One set of machines: two cells at once would share its bridges, emulator and PEPs.
+        if jobs not in (None, 1):
+            raise SatbedError(f"--backend ansible runs one cell at a time on its machines: --jobs 1, not {jobs}")
+        jobs = 1
+    out = paths.results_dir(out)    # absolute: cells run from the repository root
+    os.makedirs(os.path.join(out, "cells"), exist_ok=True)
+    # One matrix per results directory: two would run the same cells twice.
+    lock = open(os.path.join(out, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise SatbedError(f"another `satbed matrix` is running with --out {out}") from None
+    try:
+        return _run_locked(exp, out, jobs, backend, retry, stream, batch)
+    finally:
+        lock.close()
+
+
+def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream,
+                batch: bool = True) -> dict:
+    host = host_info()
+    with Store(os.path.join(out, "results.sqlite")) as store:
+        todo, skipped, adopted = [], 0, []
+        for cell in exp.cells:
+            row = store.get(cell.hash)
+            if row and (row.status in MEASURED or (row.status in DONE and not retry)):
+                skipped += 1
+            elif live := running_child(os.path.join(out, "cells", cell.hash)):
+                adopted.append((cell, live))
+            else:
+                todo.append(cell)
+        admit = Admission.for_host(jobs, host)
+        meter = CpuMeter()
+        # Cells sharing a testbed run as one batch; the longest batches start first,
+        # so the long ones do not end the run alone.
+        pending = plan_batches(todo, batch)
+        parallel = admit.parallel(todo)
+        run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host,
+                                 reference=exp.reference)
+        batched = sum(len(b) for b in pending if len(b) > 1)
+        stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
+                     f"{len(todo)} to run ({admit.describe()}"
+                     + (f"; {batched} of them in {sum(len(b) > 1 for b in pending)} batches sharing a testbed"
+                        if batched else "") + f") into {out}\n")
+        stream.flush()
+        progress = Progress(len(todo) + len(adopted), parallel, stream)
+        running: dict[str, Child] = {}
+        for ch in _adopt(adopted, out):
+            stream.write(f"satbed matrix: cell {ch.cell.hash} is still running from a killed matrix "
+                         f"(pid {ch.proc.pid}): waiting for it\n")
+            running[ch.cell.hash] = ch
+        counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
+        outcome = "interrupted"
+        last_spawn = -SPAWN_GAP_S
+
+        def record(ch: Child, cell_dir: str, override: str | None = None, rc: int | None = None) -> None:
+            row = collect(ch, cell_dir, override, rc)
+            row.experiment = exp.name
+            store.put(row)
+            counts[row.status] = counts.get(row.status, 0) + 1
+            note = human_bps(row.goodput_bps) if row.goodput_bps else (
+                f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")
+            if row.status == "limited":
+                note += (f" ({row.metrics.get('bytes', 0) / 1e6:.1f} of "
+                         f"{row.metrics.get('bytes_expected', 0) / 1e6:.0f} MB in the time limit)")
+            elif row.status != "ok":
+                note = f"{note} {row.error or ''}".strip()
+            progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
+
+        def collect_finished(ch: Child) -> None:
+            """A batch's cells that wrote their exit status, in order."""
+            while ch.batch:
+                cell_dir = os.path.join(out, "cells", ch.cell.hash)
+                if not os.path.exists(os.path.join(cell_dir, EXIT_FILE)):
+                    return
+                record(ch, cell_dir, rc=read_exit(cell_dir))
+                ch.next_cell()
+
+        try:
+            while pending or running:
+                meter.sample()
+                pick = admit.pick([b[0] for b in pending], [c.cell for c in running.values()], meter.busy_cores())
+                if pick is not None and time.monotonic() - last_spawn >= SPAWN_GAP_S:
+                    last_spawn = time.monotonic()
+                    cells = pending.pop(pick)
+                    now = time.monotonic()
+                    if len(cells) == 1:
+                        proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s)
+                    else:
+                        proc, _ = spawn_batch(cells, out, backend)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s,
+                                   batch=list(cells), out=out)
+                    running[cells[0].hash] = ch
+                for h, ch in list(running.items()):
+                    collect_finished(ch)
+                    now = time.monotonic()
+                    if ch.proc.poll() is None:
+                        if ch.terminated_at is None and now > ch.deadline:
+                            ch.terminated_at, ch.reason = now, "timeout"
+                            signal_child(ch, signal.SIGTERM)
+                        elif ch.terminated_at is not None and now > ch.terminated_at + TERM_GRACE_S:
+                            signal_child(ch, signal.SIGKILL, group=True)
+                            ch.proc.wait()
+                        else:
+                            continue
+                    if ch.proc.returncode is None:
+                        continue
+                    if ch.reason:
+                        # The group may hold stragglers (a capture, a server) of a killed cell.
+                        signal_child(ch, signal.SIGKILL, group=True)
+                        clean_leftovers()
+                    collect_finished(ch)
+                    if not ch.out:
+                        record(ch, os.path.join(out, "cells", h), ch.reason or None)
+                    elif ch.batch:
+                        # The batch ended before this cell wrote its status: it timed out, or
+                        # the child died. The cells after it run again as a batch of their own.
+                        record(ch, os.path.join(out, "cells", ch.cell.hash), ch.reason or None)
+                        ch.next_cell()
+                        if ch.batch:
+                            pending.insert(0, list(ch.batch))
+                    del running[h]
+                progress.draw([(c.cell, c.mono) for c in running.values()], [c for b in pending for c in b])
+                time.sleep(0.2)
+            outcome = "complete"
+        except BaseException:
+            # Ctrl-C or SIGTERM: stop children in order so each tears its testbed down.
+            old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                progress.close()
+                stream.write(f"satbed matrix: stopping {len(running)} running cell(s)...\n")
+                stream.flush()
+                stop_children(list(running.values()))
+                for h, ch in running.items():
+                    collect_finished(ch)
+                    if not ch.out:
+                        record(ch, os.path.join(out, "cells", h), "interrupted")
+                    elif ch.batch:
+                        # Only the cell under way is interrupted; the batch's later cells never started.
+                        record(ch, os.path.join(out, "cells", ch.cell.hash), "interrupted")
+                clean_leftovers()
+            finally:
+                store.end_run(run_id, outcome)
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+            raise
+        progress.close()
+        store.end_run(run_id, outcome)
+        stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
+                     f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
+    return counts
+
+
+def _adopt(adopted: list[tuple[Cell, tuple[int, int]]], out: str) -> list[Child]:
+    """Children a killed matrix left running, one per process: a batch's
+    cells are collected from it in its order as they finish."""
+    by_pid: dict[tuple[int, int], list[tuple[int, Cell, str]]] = {}
+    for cell, live in adopted:
+        cell_dir = os.path.join(out, "cells", cell.hash)
+        try:
+            with open(os.path.join(cell_dir, "cell.json"), encoding="utf-8") as f:
+                b = json.load(f).get("batch") or {}
+        except (OSError, ValueError):
+            b = {}
+        by_pid.setdefault(live, []).append((int(b.get("index", 0)), cell, str(b.get("dir") or "")))
+    children = []
+    for (pid, start), members in by_pid.items():
+        members.sort(key=lambda m: m[0])
+        first, batch_dir = members[0][1], members[0][2]
+        now = time.monotonic()
+        if batch_dir:
+            children.append(Child(first, Orphan(pid, start, batch_dir), time.time(), now, now + first.timeout_s,
+                                  batch=[m[1] for m in members], out=out))
+        else:
+            children.append(Child(first, Orphan(pid, start, os.path.join(out, "cells", first.hash)), time.time(),
+                                  now, now + first.timeout_s))
+    return children
+
+
+def rows_of(exp: Experiment, out: str) -> list[CellRow]:
+    """The stored rows of this experiment's cells (a results directory may hold others)."""
+    path = os.path.join(os.path.abspath(out), "results.sqlite")
+    if not os.path.exists(path):
+        return []
+    with Store(path) as store:
+        found = {r.hash: r for r in store.cells()}
+    return [found[c.hash] for c in exp.cells if c.hash in found]

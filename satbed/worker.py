@@ -1,0 +1,50 @@
+"""A matrix's child process: `python3 -m satbed.worker cell DIR` runs the
+cell whose cell.json is in DIR, `batch DIR` the batch whose batch.json is;
+each cell's capture is analysed after its transfer (analysis/, above the
+execution floor, which only runs). SIGTERM unwinds like Ctrl-C so the
+runner's teardown removes the testbed."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from analysis import report
+from satbed.execution import cellrun
+from satbed.execution.session import describe
+from satbed.model.config import RunConfig
+
+USAGE = "usage: python3 -m satbed.worker cell DIR | batch DIR (internal; use `satbed matrix`)"
+
+
+def analyze(run_dir: str, cfg: RunConfig) -> None:
+    """tcptrace metrics of the run's captures and, with graphs, the graphs
+    and report.html. Without graphs (a matrix cell: drawing a 100 MB
+    transfer's graphs costs more CPU than its metrics) the stored tcptrace
+    output and captures let `satbed report` draw them later. A broken
+    analysis must not lose the run: it is said, and the run stands."""
+    try:
+        report.analyze_run(run_dir, graphs=False)
+        if cfg.graphs:
+            report.write_report(run_dir)
+    except Exception as e:
+        print(f"satbed: analysis of {run_dir} failed: {describe(e)}", file=sys.stderr, flush=True)
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("cell", "batch"):
+        print(USAGE, file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    if argv[0] == "cell":
+        return cellrun.run_cell(argv[1], analyze)
+    return cellrun.run_batch(argv[1], analyze)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
