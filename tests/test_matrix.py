@@ -893,3 +893,17 @@ def test_a_transfer_share_of_a_shared_emulator_differences_counters_only():
     assert (d["rate_bps"], d["delay_ms"], d["ber"], d["up"]) == (8e6, 300, 1e-5, True)
     assert (d["queue_high_water_packets"], d["tx_late_p99_us"]) == (45, 700)
     assert (share["t_s"], share["since_t_s"]) == (25.0, 10.0)
+
+
+def test_pepd_on_a_lossy_link_gets_its_defaults_in_the_configuration(tmp_path):
+    """pepd's options for a link with bit errors (cc=bbr buffer_factor=8) are
+    the model's, in config.json and the cell's identity; the user's win."""
+    from satbed.execution import matrix
+    from satbed.model import peps
+    cells = matrix.load(write(tmp_path, "fixed: {client: scp, pep: pepd, rtt: 600, emulator: userspace}\n"
+                                        "axes: {ber: [0, 1e-5], pep_options: ['', 'cc=cubic', 'wan_buf=1000000']}\n")).cells
+    got = {(c.params["ber"], c.params["pep_options"]): c.config["pep_options"] for c in cells}
+    assert got == {(0.0, ""): "", (0.0, "cc=cubic"): "cc=cubic", (0.0, "wan_buf=1000000"): "wan_buf=1000000",
+                   (1e-5, ""): "cc=bbr buffer_factor=8", (1e-5, "cc=cubic"): "cc=cubic buffer_factor=8",
+                   (1e-5, "wan_buf=1000000"): "wan_buf=1000000 cc=bbr"}
+    assert peps.effective_options("pepsal", "", 1e-5) == ""
