@@ -80,8 +80,7 @@ def test_tcptrace_throughput_agrees_with_the_application(tmp_path):
     cp = satbed("run", "--client", "scp", "--pep", "none", "--rtt", "100", "--size", "8M",
                 "--out", str(tmp_path), timeout=900)
     assert cp.returncode == 0, cp.stderr
-    with open(os.path.join(cp.stdout.splitlines()[0], "result.json"), encoding="utf-8") as f:
-        r = json.load(f)
+    r = run_metrics(cp.stdout.splitlines()[0])     # the analysis is in analysis.json
     assert summary(r, "lan_a")["throughput_bps"] == pytest.approx(r["goodput_bps"], rel=0.02)
 
 
