@@ -12,19 +12,26 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from mininet.cli import CLI
+from mininet.log import setLogLevel
 
 from analysis import outage
 from analysis import report as run_report
 from analysis.tsg import Window
 from satbed import __version__, worker
-from satbed.backends import clients
+from satbed.backends import ansible, clients, docker, records
+from satbed.backends.ansible import INVENTORY_ENV
+from satbed.backends.nodeshell import NodeShell
+from satbed.backends.testbed import Testbed, clean, running
+from satbed.commands import compose
 from satbed.core.errors import SatbedError, error_line
+from satbed.core.proc import require_root
 from satbed.core.settings import Settings
-from satbed.execution import estimate, fidelity, matrix, runner, supervisor
-from satbed.model import experiment, params, scenario
+from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
+from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
+from satbed.model.link import LinkConfig
 from satbed.report import page, summary
-
 
 def _terminate(signum, frame):
     # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
@@ -59,7 +66,6 @@ def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def link_from(args: argparse.Namespace):
-    from satbed.model.link import LinkConfig
     extra = {"queue_packets": args.queue} if args.queue is not None else {}
     return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
@@ -114,12 +120,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_cli(args: argparse.Namespace) -> int:
-    from satbed.model import topology
     spec = topology.load(args.topology)
     if args.backend == "docker":
-        from satbed.backends import docker
-        from satbed.backends.nodeshell import NodeShell
-        from satbed.backends.testbed import Testbed
         tb = Testbed(spec)
         try:
             tb.start(backend=docker.DockerBackend())
@@ -128,10 +130,7 @@ def cmd_cli(args: argparse.Namespace) -> int:
             tb.stop()
         return 0
 
-    from mininet.cli import CLI
-    from mininet.log import setLogLevel
 
-    from satbed.backends.testbed import running
     with running(spec) as tb:
         print(f"satbed testbed {tb.prefix} up: {', '.join(tb.nodes)}. Try `clientA ping clientB`.")
         setLogLevel("output")     # the CLI prints through Mininet's log
@@ -140,7 +139,6 @@ def cmd_cli(args: argparse.Namespace) -> int:
 
 
 def cmd_check_link(args: argparse.Namespace) -> int:
-    from satbed.execution import checklink
     out = checklink.check(link_from(args), seconds=args.seconds, probes=args.probes)
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -211,25 +209,20 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from satbed.core.proc import require_root
-    from satbed.backends.testbed import clean
     require_root()
     done = []
     if args.backend == "ansible":
         # First, while the killed runs' directories (a PEP's state) are intact.
-        from satbed.backends import ansible, records
         live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
         done += ansible.clean(Settings.from_environ().inventory, live)
     done += clean()
     # Containers of runs killed before their record listed them.
-    from satbed.backends import docker
     done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")
     return 0
 
 
 def cmd_pep_check(args: argparse.Namespace) -> int:
-    from satbed.execution import pepcheck
     report = pepcheck.check(args.image)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1
@@ -276,7 +269,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="namespaces (mininet) or containers (docker; `make images` first)")
     c.set_defaults(fn=cmd_cli)
 
-    from satbed.commands import compose
     compose.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")
@@ -334,11 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.backend != "ansible":
                 raise SatbedError("--inventory goes with --backend ansible")
             # Read by the backend in this process and in every matrix cell.
-            import os
-            from satbed.backends.ansible import INVENTORY_ENV
             os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
         if getattr(args, "needs_root", True):
-            from satbed.core.proc import require_root
             require_root()
         return args.fn(args)
     except SatbedError as e:

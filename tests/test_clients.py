@@ -217,7 +217,7 @@ _BUSY = ("import subprocess, sys\n"
 
 
 def test_communicate_measured_counts_the_process_and_its_children():
-    from satbed.backends.clients.transfer import communicate_measured
+    from satbed.backends.clients.processes import communicate_measured
     proc = subprocess.Popen([sys.executable, "-c", _BUSY], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err, cpu = communicate_measured(proc, 60)
     assert (out, err, proc.returncode) == (b"done\n", b"err\n", 0)
@@ -226,7 +226,7 @@ def test_communicate_measured_counts_the_process_and_its_children():
 
 
 def test_communicate_measured_leaves_a_late_process_to_the_caller():
-    from satbed.backends.clients.transfer import communicate_measured
+    from satbed.backends.clients.processes import communicate_measured
     proc = subprocess.Popen([sys.executable, "-c", "print('early', flush=True)\nimport time\ntime.sleep(60)"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -241,7 +241,7 @@ def test_communicate_measured_leaves_a_late_process_to_the_caller():
 
 
 def test_tree_cpu_seconds_of_this_process():
-    from satbed.backends.clients.transfer import tree_cpu_seconds
+    from satbed.backends.clients.processes import tree_cpu_seconds
     assert tree_cpu_seconds(os.getpid()) > 0
     assert tree_cpu_seconds(2 ** 22 + 1) == 0     # no such process
 

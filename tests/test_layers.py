@@ -21,12 +21,18 @@ FLOORS = (
     ("execution", ("satbed.execution",)),
     ("analysis", ("analysis",)),
     ("report", ("satbed.report",)),
-    ("commands", ("satbed.cli", "satbed.commands", "satbed.worker", "satbed.__main__", "satbed")),
+    ("commands", ("satbed.cli", "satbed.commands", "satbed.worker", "satbed.__main__")),
 )
 MAX_LINES = 600
 
 
+# The package itself holds only __version__: the bottom floor's.
+EXACT = {"satbed": 0}
+
+
 def floor_of(module: str) -> int:
+    if module in EXACT:
+        return EXACT[module]
     for i, (_, prefixes) in enumerate(FLOORS):
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return i

@@ -33,12 +33,12 @@ import shlex
 import signal
 import subprocess
 import time
+import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-import json
-import math
-
+from satbed.backends.clients.transfer import listening
 from satbed.core.errors import SatbedError
 from satbed.core.proc import our_binary
 from satbed.model.workload import TRAFFIC_DIR, TrafficSpec
@@ -109,7 +109,6 @@ class Traffic:
             raise
 
     def _start(self) -> None:
-        from satbed.backends.clients.transfer import listening
 
         os.makedirs(self.dir, exist_ok=True)
         if glob.glob(os.path.join(self.dir, "*.jsonl")):

@@ -11,6 +11,7 @@ import signal
 import threading
 from typing import Iterator, Sequence
 
+from satbed.backends.pepnodes import unhealthy
 from satbed.core.errors import SatbedError
 from satbed.core.proc import last_line
 
@@ -23,7 +24,6 @@ class PathDown(SatbedError):
 
 def problems(peps: Sequence, emulators: Sequence) -> str:
     """'' when every started PEP and emulator is up, else one line saying which are not."""
-    from satbed.backends.pepnodes import unhealthy
     found = [e.down() for e in emulators]
     found.append(unhealthy(list(peps)))
     return "; ".join(f for f in found if f)

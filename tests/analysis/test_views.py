@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import ipaddress
-import json
 import shutil
 import struct
 from pathlib import Path

@@ -20,7 +20,8 @@ import time
 
 from satbed.backends.clients.base import ClientContext
 from satbed.backends.clients.ssh import SshServer
-from satbed.backends.clients.transfer import Run, TransferClient, _stop, ip, percentiles
+from satbed.backends.clients.transfer import Run, TransferClient, ip, percentiles
+from satbed.backends.clients.processes import stop_gently
 from satbed.core.errors import SatbedError
 from satbed.backends.net import Host
 
@@ -120,7 +121,7 @@ def measure(t: Run, node, args: list[str], count: int, gap_s: float, setup_s: fl
             pass
         _read_until(master, seen, None, 0.2, len(seen))
     finally:
-        _stop(proc)
+        stop_gently(proc)
         if proc in node.procs:
             node.procs.remove(proc)
         os.close(master)

@@ -14,10 +14,8 @@ import hashlib
 import os
 import random
 import glob
-import selectors
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from satbed.core.errors import SatbedError
 from satbed.backends.net import Host, NamespaceSandbox, Node
 from satbed.core.proc import last_line, our_binary
 from satbed.core.settings import Settings
+from satbed.backends.clients.processes import communicate_measured, stop_gently, tail_of, text_of, tree_cpu_seconds
 
 # The Debian package that provides each tool, for the "missing tool" line.
 PACKAGES = {
@@ -87,19 +86,19 @@ class FirstByte:
     def __init__(self, received: str, start: float):
         self.received, self.start = received, start
         self.seconds: float | None = None
-        self._stop = threading.Event()
+        self.stop_gently = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="first-byte", daemon=True)
         self._thread.start()
 
     def _watch(self) -> None:
-        while not self._stop.is_set():
+        while not self.stop_gently.is_set():
             if delivered_bytes(self.received) > 0:
                 self.seconds = time.monotonic() - self.start
                 return
-            self._stop.wait(self.POLL_S)
+            self.stop_gently.wait(self.POLL_S)
 
     def stop(self) -> float | None:
-        self._stop.set()
+        self.stop_gently.set()
         self._thread.join()
         return self.seconds
 
@@ -299,7 +298,7 @@ class Run:
                 return proc
             if proc.poll() is not None:
                 raise SatbedError(f"{self.name}: {label} exited (code {proc.returncode}) before listening on "
-                                  f"{where}: {last_line(_tail(out_path)) or 'no output'}")
+                                  f"{where}: {last_line(tail_of(out_path)) or 'no output'}")
             if time.monotonic() > deadline:
                 raise SatbedError(f"{self.name}: {label} did not start listening on {where} within "
                                   f"{wait:g} s (see {os.path.relpath(out_path, self.ctx.run_dir)})")
@@ -318,7 +317,7 @@ class Run:
 
     def stop_servers(self) -> None:
         for label, node, proc in reversed(self.servers):
-            _stop(proc)
+            stop_gently(proc)
             if proc in node.procs:
                 node.procs.remove(proc)
             self.note(f"{label} stopped (exit {proc.returncode})")
@@ -375,18 +374,18 @@ class Run:
                 if limit is not None:
                     # Measured before the stop: what arrived within the limit.
                     self.limited = Limited(time.monotonic() - start, delivered_bytes(self.received))
-                _stop(proc)
+                stop_gently(proc)
                 try:
                     out, err = proc.communicate(timeout=5)
                 except subprocess.TimeoutExpired:   # something that escaped still holds the pipe
                     out, err = b"", b"(output lost: the pipe stayed open)"
                 if measured:    # what communicate_measured read is not in Popen's own buffers
                     out = (e.output or b"") + (out or b"")
-                self.note(_text(out) + _text(err))
+                self.note(text_of(out) + text_of(err))
                 if self.limited:
                     self.note(f"[{tool} stopped by the time limit of {limit:g} s: "
                               f"{self.limited.bytes} bytes delivered]")
-                    return self.limited.seconds, _text(out) + _text(err)
+                    return self.limited.seconds, text_of(out) + text_of(err)
                 raise SatbedError(f"{self.name}: transfer stalled: {tool} did not finish within {timeout:.0f} s "
                                   f"(see {os.path.relpath(self.log_path, self.ctx.run_dir)})") from None
             finally:
@@ -399,7 +398,7 @@ class Run:
             for f in (fin, fout):
                 if hasattr(f, "close"):
                     f.close()
-        text = _text(out) + _text(err)
+        text = text_of(out) + text_of(err)
         self.note(text)
         self.note(f"[{tool} exit {proc.returncode} after {seconds:.3f} s]")
         if proc.returncode != 0:
@@ -503,135 +502,6 @@ def ip(host: Host) -> str:
 
 def _ip(node: Node) -> str:
     return str(node.ip.ip) if isinstance(node, Host) else node.name
-
-
-def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
-    """Terminate a process and everything it forked (vsftpd and sshd fork a
-    process per session, which outlive the listener): the tree is collected
-    before anything dies, since orphans lose their parent link."""
-    if proc.poll() is not None:
-        return
-    tree = _descendants(proc.pid)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in tree:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        # Through the Popen: a program on a machine (satbed.backends.ansible) is
-        # signalled there, not only its local ssh client.
-        proc.send_signal(sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not any(_alive(p) for p in tree):
-                return
-            time.sleep(0.05)
-    proc.wait(timeout=grace)
-
-
-def communicate_measured(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bytes, float]:
-    """proc.communicate(timeout=timeout) that also returns the CPU seconds
-    (user + system) of the process and of every descendant it waited for:
-    it is reaped here with wait4, which reports them, and Popen learns the
-    exit status through returncode. On timeout the process is left running
-    and unreaped, and subprocess.TimeoutExpired carries the output so far."""
-    sel = selectors.DefaultSelector()
-    got: dict[int, list[bytes]] = {}
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            got[pipe.fileno()] = []
-            sel.register(pipe.fileno(), selectors.EVENT_READ)
-    pidfd = os.pidfd_open(proc.pid)
-    sel.register(pidfd, selectors.EVENT_READ)
-    cpu, exited = 0.0, False
-    deadline = time.monotonic() + timeout
-    try:
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                if not exited:
-                    raise subprocess.TimeoutExpired(proc.args, timeout, output=b"".join(sum(got.values(), [])))
-                break   # an escaped descendant holds the pipe: the output so far
-            for key, _ in sel.select(left):
-                if key.fd == pidfd:
-                    sel.unregister(pidfd)
-                    _, status, usage = os.wait4(proc.pid, 0)
-                    proc.returncode = os.waitstatus_to_exitcode(status)
-                    cpu, exited = usage.ru_utime + usage.ru_stime, True
-                    deadline = min(deadline, time.monotonic() + 5)
-                    continue
-                data = os.read(key.fd, 1 << 16)
-                if data:
-                    got[key.fd].append(data)
-                else:
-                    sel.unregister(key.fd)
-    finally:
-        sel.close()
-        os.close(pidfd)
-    out = [b"".join(got[p.fileno()]) if p is not None else b"" for p in (proc.stdout, proc.stderr)]
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-    return out[0], out[1], cpu
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) of a process and everything it started:
-    each living (or not yet reaped) process's own time plus what it collected
-    from the children it reaped, so every process is counted once."""
-    ticks = 0
-    for p in [pid, *_descendants(pid)]:
-        try:
-            with open(f"/proc/{p}/stat", encoding="ascii", errors="replace") as f:
-                # utime, stime, cutime, cstime: fields 14-17, after the ')'
-                # that ends the command name (which may hold spaces).
-                ticks += sum(int(v) for v in f.read().rsplit(")", 1)[1].split()[11:15])
-        except (OSError, ValueError):
-            pass
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                # The command name may hold spaces; the ppid follows its ')'.
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _tail(path: str, n: int = 4096) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - n))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _text(data) -> str:
-    if data is None:
-        return ""
-    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
 
 def percentiles(values: list[float]) -> dict:
