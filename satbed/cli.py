@@ -45,6 +45,7 @@ def link_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ceil", help="HTB ceil (default: the rate)")
     g.add_argument("--rtt", default="0", help="round-trip delay in ms (split evenly), default 0")
     g.add_argument("--ber", default="0", help="bit-error rate on both directions, default 0")
+    g.add_argument("--loss", default="0", help="per-packet loss probability on both directions, default 0")
     g.add_argument("--queue", type=int, default=None, help="bottleneck queue in packets (default 1000)")
     g.add_argument("--emulator", default="auto", choices=("auto", "userspace", "tc", "bridge"),
                    help="auto: tc where the kernel has netem, else userspace")
@@ -67,7 +68,7 @@ def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def link_from(args: argparse.Namespace):
     extra = {"queue_packets": args.queue} if args.queue is not None else {}
-    return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, ceil=args.ceil,
+    return LinkConfig.symmetric(rate=args.rate, rtt_ms=args.rtt, ber=args.ber, loss=args.loss, ceil=args.ceil,
                                 backend=args.emulator, seed=args.seed, **extra)
 
 

@@ -15,7 +15,7 @@ from satbed.backends import emulation
 from satbed.execution import checklink
 
 from satbed.model import topology
-from satbed.model.link import LinkConfig
+from satbed.model.link import Direction, LinkConfig
 from satbed.core.proc import BIN_DIR
 from satbed.backends.testbed import running
 
@@ -41,6 +41,25 @@ def test_check_link_reports_rate_rtt_and_per_beside_configuration():
         assert lo - slack <= per["per_measured"] <= hi + slack, (size, per)
 
 
+def test_per_packet_loss_takes_the_same_share_of_small_and_large_frames():
+    """loss is per packet (netem's meaning): 64-byte and 1514-byte frames lose
+    the same 5%, where a BER would take 24 times more of the large ones."""
+    cfg = LinkConfig.symmetric(rate="20mbit", backend="userspace", loss=0.05)
+    with running(topology.load("globalhawk"), bridge_kinds=("pep",)) as tb:
+        emu = emulation.make(tb.transparent("emulator")[0], cfg, tempfile.mkdtemp(prefix="satbed-test-"))
+        emu.start()
+        try:
+            a, b = tb.host("clientA"), tb.host("clientB")
+            shares = {size: checklink.per_probe(a, b, size, 4000, 4e6, cfg.a_to_b) for size in (64, 1514)}
+        finally:
+            stats = emu.stop()["stats"]
+    for size, per in shares.items():
+        assert per["per_expected"] == pytest.approx(0.05)
+        assert per["inside_ci95"] or abs(per["per_measured"] - 0.05) < 0.015, (size, per)
+    drops = stats["totals"]["directions"]["a_to_b"]["drops"]
+    assert drops["loss"] > 0 and drops["ber"] == 0, drops
+
+
 def test_outage_drops_everything_while_down():
     cfg = LinkConfig.symmetric(rate="20mbit", rtt_ms=20, backend="userspace",
                                outage={"period_s": 2.0, "down_s": 1.0, "offset_s": 0.0})
@@ -50,7 +69,7 @@ def test_outage_drops_everything_while_down():
         emu.start_clock()       # schedules are held until the measurement starts
         try:
             a, b = tb.host("clientA"), tb.host("clientB")
-            per = checklink.per_probe(a, b, 1514, 2000, 2e6, 0.0)
+            per = checklink.per_probe(a, b, 1514, 2000, 2e6, Direction())
         finally:
             stats = emu.stop()["stats"]
     # Down half of every cycle: about half the probes are lost, and the

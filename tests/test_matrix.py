@@ -49,11 +49,26 @@ def test_a_cell_keeps_its_identity_in_another_checkout(monkeypatch):
         monkeypatch.undo()
 
 
+def test_loss_is_in_a_cells_identity_and_absent_where_zero(tmp_path):
+    """Per-packet loss is recorded in the cell's configuration (so two error
+    models never share a cell), and a cell without it keeps the identity it
+    had before loss existed: no loss key, the same hash as loss: 0 written out."""
+    from satbed.execution import matrix
+    base = "fixed: {client: ping, pep: none, emulator: userspace}\n"
+    none = matrix.load(write(tmp_path, base)).cells[0]
+    zero = matrix.load(write(tmp_path, "fixed: {client: ping, pep: none, emulator: userspace, loss: 0}\n")).cells[0]
+    lossy = matrix.load(write(tmp_path, "fixed: {client: ping, pep: none, emulator: userspace, loss: 0.001%}\n")).cells[0]
+    assert "loss" not in none.config["link"]["a_to_b"] and none.hash == zero.hash
+    assert lossy.config["link"]["a_to_b"]["loss"] == lossy.config["link"]["b_to_a"]["loss"] == pytest.approx(1e-5)
+    assert lossy.hash != none.hash
+
+
 def test_changing_any_parameter_changes_the_hash(tmp_path):
     from satbed.execution import matrix
     base = "fixed: {client: ping, pep: none, emulator: userspace, rate: 8mbit}\n"
     h = matrix.load(write(tmp_path, base)).cells[0].hash
-    for extra in ("  rtt: 100\n", "  ber: 1e-7\n", "  size: 2M\n", "  queue: 50\n", "  link: {cburst_bytes: 0}\n"):
+    for extra in ("  rtt: 100\n", "  ber: 1e-7\n", "  loss: 1e-5\n", "  size: 2M\n", "  queue: 50\n",
+                  "  link: {cburst_bytes: 0}\n"):
         text = "fixed:\n  client: ping\n  pep: none\n  emulator: userspace\n  rate: 8mbit\n" + extra
         assert matrix.load(write(tmp_path, text)).cells[0].hash != h, extra
     assert matrix.load(write(tmp_path, base), backend="docker").cells[0].hash != h

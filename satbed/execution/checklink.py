@@ -31,7 +31,7 @@ from satbed.backends.net import Host
 from satbed.backends.probe import HEADERS
 from satbed.core.proc import REPO_ROOT
 from satbed.backends.testbed import Testbed
-from satbed.core.units import frame_error_rate
+from satbed.model.link import Direction
 
 NUTTCP_PAYLOAD = 1472          # a full 1500-byte IP packet
 FRAME_SIZES = (64, 576, 1514)
@@ -84,7 +84,7 @@ def nuttcp_udp(src: Host, dst: Host, rate_bps: float, seconds: int) -> dict:
             "intervals_mbps": per_second, "offered_bps": rate_bps, "seconds": seconds}
 
 
-def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber: float) -> dict:
+def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, direction: Direction) -> dict:
     receiver = dst.popen([*PROBE, "recv", "--port", "7700",
                           "--idle", "3", "--total", str(count * frame * 8 / rate_bps + 60)],
                          text=True)
@@ -100,7 +100,7 @@ def per_probe(src: Host, dst: Host, frame: int, count: int, rate_bps: float, ber
             receiver.kill()
             receiver.wait()
     got = json.loads(out.strip().splitlines()[-1])
-    expected = frame_error_rate(ber, frame)
+    expected = direction.drop_rate(frame)
     lost = count - got["received"]
     lo, hi = binomial_acceptance(count, expected)
     return {"frame_bytes": frame, "sent": count, "received": got["received"], "per_measured": lost / count,
@@ -154,7 +154,8 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
             raise SatbedError(f"topology {spec.name}: check-link needs one host role: ground and one role: aircraft")
         a, b = tb.host(ground.name), tb.host(aircraft.name)
         rate = link.rate_bps
-        out: dict = {"configured": {"rate_bps": rate, "rtt_ms": link.rtt_ms, "ber": link.a_to_b.ber},
+        out: dict = {"configured": {"rate_bps": rate, "rtt_ms": link.rtt_ms, "ber": link.a_to_b.ber,
+                                    **({"loss": link.a_to_b.loss} if link.a_to_b.loss else {})},
                      "emulator": emu.backend}
         idle = rtt_stats(a, b, 100, 0.05)
         out["rtt_idle"] = idle
@@ -165,7 +166,7 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
             out.update(udp)
             # Frames lost to bit errors never reach the receiver: compare
             # against what the shaper sends times the share that survives.
-            out["udp_wire_expected_bps"] = rate * (1 - link.a_to_b.per(NUTTCP_PAYLOAD + HEADERS))
+            out["udp_wire_expected_bps"] = rate * (1 - link.a_to_b.drop_rate(NUTTCP_PAYLOAD + HEADERS))
             out["udp_wire_error"] = udp["udp_wire_bps"] / out["udp_wire_expected_bps"] - 1
             load = b.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
@@ -177,7 +178,7 @@ def check(link: LinkConfig, seconds: int = 10, probes: int = 3000, topo: str = "
             load.terminate()
             load.wait(timeout=5)
         probe_rate = min(rate * 0.5 if rate else 20e6, 20e6)
-        out["per"] = {str(f): per_probe(a, b, f, probes, probe_rate, link.a_to_b.ber) for f in FRAME_SIZES}
+        out["per"] = {str(f): per_probe(a, b, f, probes, probe_rate, link.a_to_b) for f in FRAME_SIZES}
         return out
     finally:
         if emu is not None:

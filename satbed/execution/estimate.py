@@ -33,7 +33,7 @@ def expected_goodput(cfg: RunConfig) -> float:
     limit ends those cells). The higher C keeps the admission's cost of such
     cells from being underestimated."""
     rate = cfg.link.rate_bps or 1e9
-    per = cfg.link.a_to_b.per()
+    per = cfg.link.a_to_b.drop_rate()
     goodput = 0.95 * rate * (1 - per)
     cls = clients.REGISTRY.get(cfg.client)
     if cls is not None and cls.tcp and cfg.pep == "none" and per > 0 and cfg.link.rtt_ms > 0:

@@ -14,7 +14,7 @@ from satbed.model import workload
 
 # Cumulative counters of satemu's time series (emulator/bridge/timeseries.go);
 # a transfer's slice restarts them from zero at its start.
-EMU_COUNTERS = ("frames_in", "bytes_in", "frames_out", "bytes_out", "drop_queue", "drop_ber",
+EMU_COUNTERS = ("frames_in", "bytes_in", "frames_out", "bytes_out", "drop_queue", "drop_ber", "drop_loss",
                 "drop_gilbert_elliott", "drop_outage", "tx_errors", "rx_kernel_drops")
 
 

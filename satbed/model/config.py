@@ -83,6 +83,10 @@ class RunConfig:
         for k in self.NEW_FIELDS:
             if not doc[k]:
                 del doc[k]
+        # Each link as its own document says it (per-packet loss only where used).
+        doc["link"] = self.link.to_dict()
+        if "links" in doc:
+            doc["links"] = {n: link.to_dict() for n, link in self.links.items()}
         return doc
 
     @classmethod

@@ -82,7 +82,8 @@ class Cell:
         paths = "".join(f" {k}={v}" for k, v in sorted(p.items()) if "." in k)
         variant = f" [{p['variant']}]" if p.get("variant") else ""
         opts = f" {p['pep_options']}" if p.get("pep_options") else ""
-        return (f"{p['client']}/{p['pep']}{opts}{variant} rtt={p['rtt']:g} ber={p['ber']:g} "
+        loss = f" loss={p['loss']:g}" if p.get("loss") else ""
+        return (f"{p['client']}/{p['pep']}{opts}{variant} rtt={p['rtt']:g} ber={p['ber']:g}{loss} "
                 f"size={human_size(p['size'])}{paths} #{self.repetition}")
 
     def run_config(self) -> RunConfig:
@@ -233,7 +234,7 @@ def run_config(params: dict, repetition: int, clients: Collection[str]) -> RunCo
     raises SatbedError for a bad combination."""
     seed = params["seed"] + repetition
     extra = {"queue_packets": params["queue"]} if params["queue"] else {}
-    link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=params["ber"],
+    link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=params["ber"], loss=params["loss"],
                                 ceil=params["ceil"], backend=params["emulator"], seed=seed, **extra)
     if params["link"]:
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),

@@ -14,7 +14,7 @@ from typing import Any
 
 from satbed.core.errors import SatbedError
 from satbed.core.proc import REPO_ROOT
-from satbed.core.units import parse_ber, parse_delay_ms, parse_rate, parse_size
+from satbed.core.units import parse_ber, parse_delay_ms, parse_loss, parse_rate, parse_size
 from satbed.model import peps, scenario, topology
 from satbed.model.link import Direction
 
@@ -136,6 +136,8 @@ TABLE = (
     Param("rtt", lambda v: parse_delay_ms(v, "rtt"), 0.0,
           Flag("round-trip delay in ms (split evenly), default 0", group="link")),
     Param("ber", parse_ber, 0.0, Flag("bit-error rate on both directions, default 0", group="link")),
+    Param("loss", parse_loss, 0.0, Flag("per-packet loss probability on both directions, whatever a packet's "
+                                        "length (netem's loss: 1e-5 or 0.001%%), default 0", group="link")),
     Param("size", parse_size, 10 << 20, Flag("transfer size, e.g. 100M (K/M/G suffixes), default 10M")),
     Param("direction", _choice(*DIRECTIONS), "download",
           Flag("download (aircraft to ground, the default) or upload")),

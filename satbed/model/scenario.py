@@ -42,7 +42,7 @@ SCENARIO_DIR = os.path.join(REPO_ROOT, "scenarios")
 TOP_KEYS = ("name", "description", "topology", "link", "links", "peps", "pep", "pep_options", "profiles",
             "workload", "captures", "seed", "analyze", "graphs", "matrix")
 MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_after", "cwnd_trace")
-LINK_PARAMS = ("rate", "ceil", "rtt", "ber", "queue", "emulator")      # the `link:` block: matrix parameters
+LINK_PARAMS = ("rate", "ceil", "rtt", "ber", "loss", "queue", "emulator")      # the `link:` block: matrix parameters
 # A named link's keys -> emulation.Direction fields, per direction.
 DIRECTION_KEYS = {"rate": "rate_bps", "ceil": "ceil_bps", "burst": "burst_bytes", "cburst": "cburst_bytes",
                   "delay": "delay_ms", "ber": "ber", "loss": "loss", "queue": "queue_packets", "queue_bytes": "queue_bytes",

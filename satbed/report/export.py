@@ -10,7 +10,7 @@ from satbed.results.store import CellRow
 
 from .summary import CAPTURE_METRICS, capture_metrics
 
-CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "size", "direction", "rate", "ceil", "queue",
+CSV_PARAMS = ("client", "pep", "pep_options", "rtt", "ber", "loss", "size", "direction", "rate", "ceil", "queue",
               "emulator", "captures", "topology", "seed")
 
 
