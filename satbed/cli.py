@@ -160,7 +160,7 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    exp = matrix.load(args.file, args.backend, args.repetitions)
+    exp = matrix.load(args.file, args.backend, args.repetitions, args.variant or ())
     if args.fidelity:
         fidelity.fidelity(exp, args.out, args.jobs, backend=args.backend)
         return 0
@@ -286,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"), help="testbed backend")
     m.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
+    m.add_argument("--variant", action="append", metavar="NAME",
+                   help="only this variant's cells (repeatable; default: every variant of the file)")
     m.add_argument("--no-batch", action="store_true",
                    help="a testbed per cell (by default cells that differ only in size and repetition "
                         "share one, run as a batch)")

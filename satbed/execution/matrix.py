@@ -6,6 +6,8 @@ that share a testbed where they can (satbed/execution/batches.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from satbed.backends import clients, docker
 from satbed.core.errors import SatbedError
 from satbed.execution.estimate import assess
@@ -13,9 +15,10 @@ from satbed.model import experiment, peps
 from satbed.model.experiment import Experiment
 
 
-def load(path: str, backend: str = "mininet", repetitions: int | None = None) -> Experiment:
+def load(path: str, backend: str = "mininet", repetitions: int | None = None,
+         variants: Collection[str] = ()) -> Experiment:
     """Read and validate an experiment file; every error is one line naming the file."""
-    exp = experiment.load(path, clients.REGISTRY, backend, repetitions)
+    exp = experiment.load(path, clients.REGISTRY, backend, repetitions, variants)
     try:
         check_peps({c.params["pep"] for c in exp.cells}, backend)
     except SatbedError as e:

@@ -115,9 +115,10 @@ def human_size(n: int) -> str:
 
 
 def load(path: str, clients: Collection[str], backend: str = "mininet",
-         repetitions: int | None = None) -> Experiment:
+         repetitions: int | None = None, variants: Collection[str] = ()) -> Experiment:
     """Read and validate an experiment file; every error is one line naming
-    the file. clients: the client names there are (the backends' adapters)."""
+    the file. clients: the client names there are (the backends' adapters);
+    variants: run only these of the file's variants (all when empty)."""
     doc = yamlfile.load(path, "experiment file")
     if scenario.is_scenario(doc):
         try:
@@ -133,12 +134,12 @@ def load(path: str, clients: Collection[str], backend: str = "mininet",
             if repetitions < 1:
                 raise SatbedError(f"--repetitions must be at least 1, got {repetitions}")
             doc = {**doc, "repetitions": repetitions} if isinstance(doc, dict) else doc
-        return _build(doc, path, backend, clients)
+        return _build(doc, path, backend, clients, tuple(variants))
     except SatbedError as e:
         raise SatbedError(f"{path}: {e}") from None
 
 
-def _build(doc, path: str, backend: str, clients: Collection[str]) -> Experiment:
+def _build(doc, path: str, backend: str, clients: Collection[str], only: tuple[str, ...] = ()) -> Experiment:
     schemas.validate(doc, "experiment")
     if backend not in BACKENDS:
         raise SatbedError(f"unknown testbed backend {backend!r} (known: {', '.join(BACKENDS)})")
@@ -156,6 +157,13 @@ def _build(doc, path: str, backend: str, clients: Collection[str]) -> Experiment
             raise SatbedError(f"axes.{k}: repeated value")
         axis_values.append((k, values))
     variants = _variants(doc.get("variants"), {k for k, _ in axis_values}, clients)
+    if only:
+        names = sorted({v.name for v in variants})
+        unknown = [n for n in only if n not in names]
+        if unknown:
+            raise SatbedError(f"--variant {unknown[0]}: not a variant of this file "
+                              f"(variants: {', '.join(names) or 'none'})")
+        variants = [v for v in variants if v.name in only]
     total = reps * math.prod(len(values) for _, values in axis_values) * max(1, len(variants))
     if total > MAX_CELLS:
         raise SatbedError(f"{total} cells: more than {MAX_CELLS} (split the experiment)")
@@ -234,7 +242,11 @@ def run_config(params: dict, repetition: int, clients: Collection[str]) -> RunCo
     raises SatbedError for a bad combination."""
     seed = params["seed"] + repetition
     extra = {"queue_packets": params["queue"]} if params["queue"] else {}
-    link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=params["ber"], loss=params["loss"],
+    ber, loss = params["ber"], params["loss"]
+    if params["ber_unit"] == "packet":
+        # The figure read per packet: per-packet loss, combined with any loss given.
+        ber, loss = 0.0, (1 - (1 - loss) * (1 - ber)) if loss else ber
+    link = LinkConfig.symmetric(rate=params["rate"], rtt_ms=params["rtt"], ber=ber, loss=loss,
                                 ceil=params["ceil"], backend=params["emulator"], seed=seed, **extra)
     if params["link"]:
         link = dataclasses.replace(link, a_to_b=dataclasses.replace(link.a_to_b, **params["link"]),

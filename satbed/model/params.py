@@ -19,6 +19,10 @@ from satbed.model import peps, scenario, topology
 from satbed.model.link import Direction
 
 EMULATORS = ("auto", "userspace", "tc", "bridge")
+# A BER written as a percentage per packet (netem's `loss 0.001%`) and one per
+# bit describe different links: at 1e-5 a 1500-byte frame is lost 1 time in
+# 100,000 in the first, 11 times in 100 in the second.
+BER_UNITS = ("bit", "packet")
 CAPTURES = ("headers", "full", "none")
 DIRECTIONS = ("download", "upload")
 
@@ -136,6 +140,10 @@ TABLE = (
     Param("rtt", lambda v: parse_delay_ms(v, "rtt"), 0.0,
           Flag("round-trip delay in ms (split evenly), default 0", group="link")),
     Param("ber", parse_ber, 0.0, Flag("bit-error rate on both directions, default 0", group="link")),
+    Param("ber_unit", _choice(*BER_UNITS), "bit",
+          Flag("what the ber figure is a probability per: bit (default; a frame's loss grows with its "
+               "length) or packet (the figure becomes per-packet loss, as netem's loss percentage reads it)",
+               group="link")),
     Param("loss", parse_loss, 0.0, Flag("per-packet loss probability on both directions, whatever a packet's "
                                         "length (netem's loss: 1e-5 or 0.001%%), default 0", group="link")),
     Param("size", parse_size, 10 << 20, Flag("transfer size, e.g. 100M (K/M/G suffixes), default 10M")),
