@@ -31,7 +31,7 @@ from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, ru
 from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
-from satbed.report import page, summary
+from satbed.report import globalhawk, page, summary
 
 def _terminate(signum, frame):
     # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
@@ -188,6 +188,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study_page(args: argparse.Namespace) -> int:
+    """The Global Hawk study's page, its generated part rewritten from stored runs."""
+    command = " ".join(["satbed study-page", *args.dirs, "--page", args.page])
+    print(globalhawk.write_page(args.dirs, args.page, command))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """A run directory gets its own report (redrawn from the stored captures
     and xplot files); a matrix directory gets the charts."""
@@ -306,6 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "run's first captured packet, drawn at that same time for every "
                          "capture point (default: around the first retransmission)")
     rp.set_defaults(fn=cmd_report, needs_root=False)
+
+    sp = sub.add_parser("study-page", help="rewrite docs/studies/global-hawk.md's results from stored matrix runs")
+    sp.add_argument("dirs", nargs="+", metavar="DIR", help="the --out directories of `satbed matrix` runs")
+    sp.add_argument("--page", default="docs/studies/global-hawk.md", help="the page (its part below the marker "
+                    "line is rewritten; figures go to a directory of the page's name)")
+    sp.set_defaults(fn=cmd_study_page, needs_root=False)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
