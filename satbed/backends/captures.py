@@ -64,9 +64,7 @@ class Captures:
             return
         os.makedirs(self.dir, exist_ok=True)
         for c in self.items:
-            c.proc = c.intf.node.popen(["tcpdump", "-i", c.intf.name, "-s", str(SNAPLEN[self.mode]),
-                                        "-n", *(["--immediate-mode"] if self.immediate else []), "-w", c.path],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            c.proc = self._tcpdump(c)
         # tcpdump says "listening on" once its socket is open; wait for it so
         # the first SYN is not missed.
         for c in self.items:
@@ -76,6 +74,17 @@ class Captures:
                 if c.proc.poll() is not None or time.monotonic() > deadline:
                     raise SatbedError(f"tcpdump on {c.intf.name} did not start: {line.decode(errors='replace').strip()}")
                 line = c.proc.stderr.readline()
+
+    def _tcpdump(self, c: Capture) -> subprocess.Popen:
+        args = ["tcpdump", "-i", c.intf.name, "-s", str(SNAPLEN[self.mode]), "-n",
+                *(["--immediate-mode"] if self.immediate else [])]
+        if not c.intf.node.sandbox.local:
+            # A machine of the physical test bed writes to the shared results directory itself.
+            return c.intf.node.popen([*args, "-w", c.path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # The file is opened here and tcpdump writes it through its stdout: a
+        # container node (the emulator's) needs no view of the run directory.
+        with open(c.path, "wb") as out:
+            return c.intf.node.popen([*args, "-w", "-"], stdout=out, stderr=subprocess.PIPE)
 
     def stop(self) -> dict:
         summary = {}

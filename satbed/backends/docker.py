@@ -15,9 +15,9 @@ A container node stands in for a namespace node (satbed.backends.net.Sandbox):
   wires the veths: the host's ip, ethtool, tc and sysctl through `nsenter -n`
   (NETNS_TOOLS). /proc/sys stays read-only to the node's own programs, and no
   program in it can write a host-wide sysctl;
-- the repository (read-only), the run directory and /run/satbed are
-  bind-mounted at the same paths, so the paths the runner writes and passes
-  (bin/, RUN/, control sockets) mean the same inside;
+- each node mounts of the host only what its own programs need, at the
+  same paths (backends/mounts.py): a PEP node its RUN/pep/<node>/ alone,
+  and no node the run records or another run's files or sockets;
 - capabilities: Docker's default set plus NET_ADMIN and NET_RAW, never
   --privileged; the sysctls a PEP needs (pep/CONTRACT.md) are set with
   Docker's namespaced --sysctl. (satemu's SCHED_FIFO transmit threads are
@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 
 from satbed.backends import records
+from satbed.backends.mounts import node_mounts
 from satbed.core.errors import SatbedError, error_line, one_line_errors
 from satbed.backends.net import Backend, Sandbox
 from satbed.core.proc import REPO_ROOT, last_line
@@ -433,15 +434,18 @@ class DockerBackend(Backend):
 
     name = "docker"
     images: dict[str, str] = field(default_factory=dict)     # role, or node:NAME -> image reference
-    mounts: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()            # the end hosts' (mounts.node_mounts)
+    run_dir: str = ""
+    link_files: tuple[str, ...] = ()        # link profiles satemu reads
 
     @classmethod
     def for_run(cls, run_dir: str, pep: str | None = None, pep_nodes: dict[str, str] | None = None,
-                mounts: tuple[str, ...] = ()) -> "DockerBackend":
+                mounts: tuple[str, ...] = (), link_files: tuple[str, ...] = ()) -> "DockerBackend":
         """pep: the PEP image every PEP node runs; pep_nodes: PEP node -> its own."""
         images = {"pep": pep_image(pep)} if pep else {}
         images.update({f"node:{n}": pep_image(p) for n, p in (pep_nodes or {}).items()})
-        return cls(images, tuple(os.path.abspath(m) for m in (run_dir, *mounts, *extra_mounts())))
+        return cls(images, tuple(os.path.abspath(m) for m in (run_dir, *mounts, *extra_mounts())),
+                   os.path.abspath(run_dir) if run_dir else "", tuple(os.path.abspath(f) for f in link_files))
 
     def image_for(self, role: str, node: str = "") -> str:
         """A node's own image (a PEP node runs its PEP's), else its role's."""
@@ -460,7 +464,7 @@ class DockerBackend(Backend):
 
 def extra_mounts() -> list[str]:
     """SATBED_DOCKER_MOUNTS: more host directories a lab's clients need,
-    colon-separated, mounted read-write at the same paths."""
+    colon-separated, mounted read-write at the same paths (end hosts only)."""
     return list(Settings.from_environ().docker_mounts)
 
 
@@ -479,6 +483,7 @@ class DockerSandbox(Sandbox):
     def __init__(self, full_name: str, role: str, opts: DockerBackend, record: records.RunRecord):
         self.name, self.role = full_name, role
         prefix, _, node = full_name.partition("-")
+        self.prefix = prefix
         self.image = opts.image_for(role, node)
         # A PEP node drives its PEP through the image's own verbs.
         self.pep_entrypoint = entrypoint(self.image) if role == "pep" else None
@@ -494,10 +499,8 @@ class DockerSandbox(Sandbox):
             args += ["--sysctl", f"{key}={value}"]
         if role == "pep":
             args += pep_device_args()
-        args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro", "-v", f"{records.RECORD_DIR}:{records.RECORD_DIR}"]
-        for m in sorted(set(opts.mounts)):
-            os.makedirs(m, exist_ok=True)
-            args += ["-v", f"{m}:{m}"]
+        for m in node_mounts(role, prefix, node, opts.mounts, opts.run_dir, opts.link_files):
+            args += m.args()
         args += ["--entrypoint", "sleep", self.image, "infinity"]
         docker(*args, timeout=120)
         self.pid, self.id = self._wait_running()
@@ -527,12 +530,13 @@ class DockerSandbox(Sandbox):
             # offloads, qdiscs), as the wiring does: the host's tool, from
             # the host, in that namespace only. A runc exec per command made a
             # run 15 s longer; no program of the image runs this way.
+            kwargs["env"] = records.tagged_env(self.prefix, kwargs.get("env"))
             return subprocess.Popen(["nsenter", "-t", str(self.pid), "-n", "--", *args], **kwargs)
         # Relative paths mean what they mean to the caller when its working
         # directory exists inside (it does whenever it is under a mount).
         cwd = kwargs.pop("cwd", None) or os.getcwd()
         wd = cwd if os.path.isdir(f"/proc/{self.pid}/root{cwd}") else "/"
-        env = kwargs.pop("env", None) or {}
+        env = {**(kwargs.pop("env", None) or {}), records.RUN_ENV: self.prefix}
         cmd = ["runc", "--root", runc_root(), "exec", "--cwd", wd, "--preserve-fds", "3"]
         for k, v in env.items():
             cmd += ["--env", f"{k}={v}"]

@@ -18,7 +18,9 @@ import os
 import socket
 import subprocess
 import time
+from typing import Iterable
 
+from satbed.backends import records
 from satbed.core.errors import SatbedError
 from satbed.backends.net import TransparentNode
 from satbed.core.proc import our_binary
@@ -130,7 +132,10 @@ class Satemu(Emulator):
         # satemu bypasses the ports' qdiscs for speed, which hides the frames
         # it sends from tcpdump on those ports; a WAN capture needs them.
         self.captured = captured
-        self.control = f"/run/satbed/{node.prefix}-{node.short}-satemu.sock"
+        # Local nodes: in the run's own 0700 directory, the only part of the
+        # record directory an emulator container sees (docker.node_mounts).
+        self.control = (os.path.join(records.control_dir(node.prefix, node.name), "satemu.sock")
+                        if node.sandbox.local else f"/run/satbed/{node.prefix}-{node.short}-satemu.sock")
         self.proc: subprocess.Popen | None = None
         self.spin_us = spin_us()
         self.io = io_path()
@@ -147,6 +152,8 @@ class Satemu(Emulator):
     def start(self) -> None:
         binary = our_binary("satemu")
         os.makedirs(self.stats_dir, exist_ok=True)
+        if self.node.sandbox.local:
+            records.make_control_dir(self.node.prefix, self.node.name)
         conf = os.path.join(self.stats_dir, "satemu.json")
         with open(conf, "w", encoding="utf-8") as f:
             json.dump(self.config_doc(), f, indent=2)
@@ -299,6 +306,12 @@ def compile_direction(dev: str, d: Direction, seed: int, netem: bool) -> list[li
         cmds.append(["tc", "qdisc", "add", "dev", dev, *parent.split(), "handle", "10:", "bfifo",
                      "limit", str(limit)])
     return cmds
+
+
+def profile_files(links: Iterable[LinkConfig]) -> tuple[str, ...]:
+    """The profile files the links' emulators read (a container emulator
+    gets them mounted read-only)."""
+    return tuple(sorted({d.profile for link in links for d in (link.a_to_b, link.b_to_a) if d.profile}))
 
 
 def make(node: TransparentNode, cfg: LinkConfig, run_dir: str, captured: bool = False,

@@ -25,7 +25,7 @@ from mininet.node import Node as MininetNode
 from satbed.core import proc
 from satbed.core.errors import SatbedError
 from satbed.core.proc import last_line
-from satbed.backends.records import RunRecord, netns_inode
+from satbed.backends.records import RunRecord, netns_inode, tagged_env
 
 # Off on every port, so the emulator and captures see the packets of the
 # wire: tx is checksum offload (raw sockets would see partial sums);
@@ -101,8 +101,10 @@ class NamespaceSandbox(Sandbox):
         # inNamespace: a fresh netns held by the shell; every popen joins it.
         self.mininet_node = MininetNode(full_name, inNamespace=True)
         self.pid = self.mininet_node.pid
+        self.prefix = full_name.partition("-")[0]
 
     def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
+        kwargs["env"] = tagged_env(self.prefix, kwargs.get("env"))
         return self.mininet_node.popen(args, **kwargs)
 
     def stop(self) -> None:

@@ -2,14 +2,23 @@
 left behind, and only that.
 
 Each live testbed owns /run/satbed/<prefix>.json, naming the owner process,
-the network-namespace inode of every node and the pids it started."""
+the network-namespace inode of every node and the pids it started. Only
+satbed writes here: no container node mounts this directory. A run's
+emulator control sockets live in /run/satbed/runs/<prefix>/<node>/ (0700),
+and only that node's directory is mounted into its emulator container.
+
+`satbed clean` (host root) still reads a record as untrusted input: it acts
+only on what proves to be the run's (Suspect, owned_netns, pid_is_runs,
+run_dir_problem) and reports the rest in one line."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
+import stat
 import time
 from dataclasses import asdict, dataclass, field, replace
 
@@ -17,6 +26,12 @@ from satbed.core.files import write_json
 
 RECORD_DIR = os.environ.get("SATBED_RECORD_DIR", "/run/satbed")
 PREFIX_RE = re.compile(r"^sb[0-9a-f]{4}$")
+# In every run directory satbed made: the prefix of the testbed writing it.
+# `satbed clean` removes a killed run's payloads and keys only where it finds one.
+RUN_MARKER = ".satbed-run"
+# In the environment of every process a run starts in its nodes: what proves
+# to `satbed clean` that a namespace whose node shell is gone was the run's.
+RUN_ENV = "SATBED_RUN"
 
 
 def netns_inode(pid: int) -> int | None:
@@ -69,6 +84,7 @@ class RunRecord:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        remove_control_dirs(self.prefix)
 
     def owner_alive(self) -> bool:
         return start_time(self.owner_pid) is not None and start_time(self.owner_pid) == self.owner_start
@@ -87,22 +103,42 @@ def load_all() -> list[RunRecord]:
     return [r for r in scan() if isinstance(r, RunRecord)]
 
 
-def scan() -> list[RunRecord | str]:
+@dataclass(frozen=True)
+class Suspect:
+    """A record file satbed did not write as it stands: left alone, reported."""
+    path: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{os.path.basename(self.path)}: left alone: {self.reason}"
+
+
+def scan() -> list[RunRecord | str | Suspect]:
     """Every record: parsed, or the path of one that cannot be (records are
-    written whole, by rename, so an unreadable one is damaged, not half-written)."""
-    found: list[RunRecord | str] = []
+    written whole, by rename, so an unreadable one is damaged, not half-written),
+    or a Suspect: one that is not a plain file of ours or names another prefix."""
+    found: list[RunRecord | str | Suspect] = []
     if not os.path.isdir(RECORD_DIR):
         return found
     for name in sorted(os.listdir(RECORD_DIR)):
         if not name.endswith(".json") or not PREFIX_RE.match(name[:-5]):
             continue
         path = os.path.join(RECORD_DIR, name)
+        problem = file_problem(path)
+        if problem:
+            found.append(Suspect(path, problem))
+            continue
         try:
             with open(path, encoding="utf-8") as f:
                 rec = RunRecord(**json.load(f))
             rec.owner_pid = int(rec.owner_pid)
             rec.pids = {str(int(p)): (None if st is None else int(st)) for p, st in rec.pids.items()}
             rec.netns = {str(k): int(v) for k, v in rec.netns.items()}
+            rec.containers = [c for c in rec.containers if isinstance(c, str)]
+            rec.run_dir = rec.run_dir if isinstance(rec.run_dir, str) else ""
+            if rec.prefix != name[:-5]:
+                found.append(Suspect(path, f"it names prefix {str(rec.prefix)[:16]!r}, not its file's"))
+                continue
             found.append(rec)
         except (OSError, ValueError, TypeError, AttributeError):
             found.append(path)
@@ -142,3 +178,129 @@ def kill_pids(pids: list[int], grace: float = 2.0) -> None:
         while time.monotonic() < deadline and any(start_time(p) is not None for p in alive):
             time.sleep(0.05)
         pids = [p for p in alive if start_time(p) is not None]
+
+
+# ---------------------------------------------------------------- control sockets
+
+def control_dir(prefix: str, node: str) -> str:
+    """Where a run's emulator node keeps its control socket: the only part of
+    /run/satbed its container sees."""
+    return os.path.join(RECORD_DIR, "runs", prefix, node)
+
+
+def make_control_dir(prefix: str, node: str) -> str:
+    """control_dir, created 0700 at every level whatever the umask."""
+    path = control_dir(prefix, node)
+    for d in (os.path.join(RECORD_DIR, "runs"), os.path.dirname(path), path):
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o700)
+    return path
+
+
+def remove_control_dirs(prefix: str) -> None:
+    root = os.path.join(RECORD_DIR, "runs", prefix)
+    if PREFIX_RE.match(prefix) and os.path.isdir(root) and not os.path.islink(root):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- vetting
+
+def file_problem(path: str, kind: int = stat.S_IFREG) -> str:
+    """'' when path is a file (or directory) of satbed's: of that kind, not a
+    symbolic link, owned by this user, writable by no one else."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror}"
+    if stat.S_IFMT(st.st_mode) != kind:
+        return f"{path} is not a {'directory' if kind == stat.S_IFDIR else 'plain file'}"
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others (mode {st.st_mode & 0o777:o})"
+    return ""
+
+
+def mark_run_dir(run_dir: str, prefix: str) -> None:
+    """Say that satbed made run_dir, for this testbed's `satbed clean`."""
+    path = os.path.join(run_dir, RUN_MARKER)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(prefix + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def run_dir_problem(run_dir: str, prefix: str) -> str:
+    """'' when run_dir (absolute; give it resolved) is a directory satbed made
+    for this prefix: ours, holding our marker naming the prefix, its files/
+    (if any) a directory and not a link."""
+    if not run_dir or not os.path.isabs(run_dir):
+        return f"run directory {run_dir[:200]!r} is not an absolute path"
+    marker = os.path.join(run_dir, RUN_MARKER)
+    problem = file_problem(run_dir, stat.S_IFDIR) or file_problem(marker)
+    if problem:
+        return f"run directory {run_dir} is not one satbed made ({problem})"
+    try:
+        with open(marker, encoding="ascii") as f:
+            said = f.read(64).strip()
+    except (OSError, ValueError) as e:
+        return f"run directory {run_dir}: unreadable {RUN_MARKER} ({e})"
+    if said != prefix:
+        return f"run directory {run_dir} belongs to {said[:16]!r}, not {prefix}"
+    files = os.path.join(run_dir, "files")
+    if os.path.islink(files):
+        return f"{files} is a symbolic link"
+    return ""
+
+
+def tagged_env(prefix: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """A node process's environment (the caller's by default), tagged with its run."""
+    return {**(os.environ if env is None else env), RUN_ENV: prefix}
+
+
+def tagged(pid: int, prefix: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{RUN_ENV}={prefix}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def owned_netns(rec: RunRecord, container_pids: dict[str, int]) -> set[int]:
+    """The record's namespaces that show they are its run's: the namespace of
+    one of the run's containers (container_pids, as Docker reports the
+    containers labelled with the prefix), or one holding a process of the
+    run (a Mininet node's shell, mininet:PREFIX-node, or a process tagged
+    with RUN_ENV=PREFIX: the run started it)."""
+    claimed = {i for i in rec.netns.values() if i} - {root_netns()}
+    proven = {netns_inode(p) for p in container_pids.values()} & claimed
+    tag = f"mininet:{rec.prefix}-"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or not claimed - proven:
+            continue
+        pid = int(entry)
+        ino = netns_inode(pid)
+        if ino in claimed and ino not in proven and (
+                any(a.startswith(tag) for a in cmdline(pid)) or tagged(pid, rec.prefix)):
+            proven.add(ino)
+    return {i for i in proven if i is not None}
+
+
+def pid_is_runs(pid: int, rec: RunRecord, netns: set[int], container_ids: set[str]) -> bool:
+    """A recorded pid is the run's when it lives in one of the run's proven
+    namespaces, carries the run's tag, or its command line names the run's
+    prefix (an ssh to a machine of the physical test bed, over the run's
+    control socket) or one of its containers (runc exec, entering it)."""
+    if netns_inode(pid) in netns or tagged(pid, rec.prefix):
+        return True
+    args = cmdline(pid)
+    return any(rec.prefix in a for a in args) or any(a in container_ids for a in args)

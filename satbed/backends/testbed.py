@@ -12,7 +12,7 @@ from typing import Iterator
 
 from mininet.log import setLogLevel
 
-from satbed.backends import profiles as host_profiles, records
+from satbed.backends import docker, profiles as host_profiles, records
 from satbed.model.profiles import load as load_profile
 
 from satbed.core import proc
@@ -167,12 +167,18 @@ def clean(verbose: bool = True) -> list[str]:
     the namespaces and their veths), recorded pids, root-namespace links,
     containers bearing their prefix, and the payloads and keys in their run
     directories (captures and logs stay). Live runs are left alone, and so is
-    a namespace a live run holds: inode numbers are reused once freed."""
+    a namespace a live run holds: inode numbers are reused once freed.
+
+    A record is read as untrusted input (clean_record): what does not prove
+    to be the run's is reported in one line and left alone."""
     done = []
     found = records.scan()
     live = [r for r in found if isinstance(r, RunRecord) and r.owner_alive()]
     held = {i for r in live for i in r.netns.values()}
     for rec in found:
+        if isinstance(rec, records.Suspect):
+            done.append(rec.line())
+            continue
         if isinstance(rec, str):
             try:
                 os.unlink(rec)
@@ -182,21 +188,76 @@ def clean(verbose: bool = True) -> list[str]:
             continue
         if rec in live:
             continue
-        victims = records.processes_in_netns(set(rec.netns.values()) - held)
-        victims += [int(p) for p, st in rec.pids.items() if st is not None and start_time(int(p)) == st]
-        records.kill_pids(sorted(set(victims)))
-        for link in root_links(rec.prefix):
-            proc.run(["ip", "link", "del", link], check=False)
-        for container in rec.containers:
-            if container.startswith(rec.prefix):
-                proc.run(["docker", "rm", "-f", container], check=False, timeout=60)
-        note = f"{rec.prefix}: {len(set(victims))} process(es) stopped"
-        if remove_run_files(rec.run_dir):
-            note += f", payloads and keys removed from {rec.run_dir}"
-        rec.remove()
-        done.append(note)
+        done += clean_record(rec, held)
     done += remove_stale_files({r.prefix for r in live})
     return done
+
+
+def clean_record(rec: RunRecord, held: set[int]) -> list[str]:
+    """Clean one dead run's leftovers, acting only on what is provably its:
+    namespaces a process of the run or one of its containers holds, pids in
+    those namespaces or naming the run, containers Docker labels with its
+    prefix, a run directory holding satbed's marker for it."""
+    labelled = _labelled(rec.prefix) if rec.containers else {}
+    netns = records.owned_netns(rec, {n: pid for n, (_, pid) in labelled.items()}) - held
+    ids = {cid for cid, _ in labelled.values()}
+    recorded = [int(p) for p, st in rec.pids.items() if st is not None and start_time(int(p)) == st]
+    victims = set(records.processes_in_netns(netns))
+    victims |= {p for p in recorded if records.pid_is_runs(p, rec, netns, ids)}
+    records.kill_pids(sorted(victims))
+    refused = []
+    for link in root_links(rec.prefix):
+        proc.run(["ip", "link", "del", link], check=False)
+    for container in rec.containers:
+        if container.startswith(rec.prefix + "-") and container in labelled:
+            proc.run(["docker", "rm", "-f", container], check=False, timeout=60)
+        elif container in labelled or _container_exists(container):
+            refused.append(f"container {container[:64]} (not labelled {rec.prefix})")
+    # Processes entering a removed container end with it.
+    deadline = time.monotonic() + 2
+    strays = [p for p in recorded if p not in victims]
+    while strays and time.monotonic() < deadline:
+        time.sleep(0.1)
+        strays = [p for p in strays if start_time(p) == rec.pids[str(p)]]
+    refused += [f"pid {p} (not in the run's namespaces or containers)" for p in strays]
+    unclaimed = {i for i in rec.netns.values() if i} - netns - held - {records.root_netns()}
+    if unclaimed and records.processes_in_netns(unclaimed):
+        refused.append(f"{len(unclaimed)} namespace(s) no process of the run holds")
+    note = f"{rec.prefix}: {len(victims)} process(es) stopped"
+    if rec.run_dir:
+        run_dir = os.path.realpath(rec.run_dir) if os.path.isabs(rec.run_dir) else rec.run_dir
+        problem = records.run_dir_problem(run_dir, rec.prefix)
+        if problem:
+            refused.append(problem)
+        elif remove_run_files(run_dir):
+            note += f", payloads and keys removed from {rec.run_dir}"
+    rec.remove()
+    out = [note]
+    if refused:
+        out.append(f"{rec.prefix}: left alone: {'; '.join(refused)}")
+    return out
+
+
+def _labelled(prefix: str) -> dict[str, tuple[str, int]]:
+    """The containers Docker labels with a run's prefix: name -> (id, pid;
+    0 when stopped). Empty where Docker does not answer."""
+    if docker.available() is not None:
+        return {}
+    ids = docker.docker("ps", "-a", "-q", "--no-trunc", "--filter", f"label={docker.LABEL}.prefix={prefix}",
+                        check=False, timeout=30).stdout.split()
+    if not ids:
+        return {}
+    cp = docker.docker("inspect", "--format", "{{.Name}} {{.Id}} {{.State.Pid}}", *ids, check=False, timeout=60)
+    out = {}
+    for line in cp.stdout.splitlines():
+        name, cid, pid = (line.split() + ["", "", "0"])[:3]
+        out[name.lstrip("/")] = (cid, int(pid) if pid.isdigit() else 0)
+    return out
+
+
+def _container_exists(name: str) -> bool:
+    return docker.available() is None and docker.docker("inspect", "--type", "container", name, check=False,
+                                                         timeout=30).returncode == 0
 
 
 def _mtime(path: str) -> float:
@@ -233,6 +294,22 @@ def remove_stale_files(live_prefixes: set[str]) -> list[str]:
             removed.append(f"{name}: stale file removed")
         except OSError:
             pass
+    return removed + remove_stale_control_dirs()
+
+
+def remove_stale_control_dirs() -> list[str]:
+    """Control-socket directories (runs/<prefix>/) of runs without a record:
+    a run writes its record before it makes them, and removes them with it."""
+    runs = os.path.join(records.RECORD_DIR, "runs")
+    try:
+        names = os.listdir(runs)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if records.PREFIX_RE.match(name) and not os.path.exists(os.path.join(records.RECORD_DIR, name + ".json")):
+            records.remove_control_dirs(name)
+            removed.append(f"runs/{name}: stale control directory removed")
     return removed
 
 
@@ -242,7 +319,7 @@ def remove_run_files(run_dir: str) -> bool:
     files = os.path.join(run_dir, "files") if run_dir else ""
     if not files or not os.path.isabs(files) or not os.path.isfile(os.path.join(run_dir, "config.json")):
         return False
-    if not os.path.isdir(files):
+    if not os.path.isdir(files) or os.path.islink(files):
         return False
     shutil.rmtree(files, ignore_errors=True)
     return True

@@ -40,10 +40,10 @@ def results_dir(path: str, what: str = "--out") -> str:
 
 def private_dir(path: str) -> str:
     """Create path as a run directory only its owner can enter, whatever the
-    umask: it holds payloads, ssh keys and the emulator's control socket. The
-    servers that read from it (lighttpd, vsftpd) start as root and chroot into
-    their document roots before dropping privileges, so 0700 does not lock
-    them out; a lab shares results with chmod."""
+    umask: it holds payloads and ssh keys. The servers that read from it
+    (lighttpd, vsftpd) start as root and chroot into their document roots
+    before dropping privileges, so 0700 does not lock them out; a lab shares
+    results with chmod."""
     os.makedirs(path, exist_ok=True)
     os.chmod(path, 0o700)
     return path

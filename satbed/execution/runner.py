@@ -16,7 +16,7 @@ import os
 import time
 from typing import Iterator
 
-from satbed.backends import clients, watch
+from satbed.backends import clients, records, watch
 from satbed.backends.clients.transfer import keep_files_wanted
 from satbed.backends.testbed import remove_run_files
 from satbed.core import paths
@@ -166,6 +166,7 @@ def _batch_transfer(session: Session, cfg: RunConfig, run_dir: str, index: int,
         doc["batch"] = result["batch"]
         write_json(os.path.join(run_dir, "config.json"), doc)
         session.tb.record.run_dir = run_dir     # a killed batch's payloads go with `satbed clean`
+        records.mark_run_dir(run_dir, session.tb.prefix)
         session.tb.record.save()
         _forget_tcp_metrics(session)
         before = counters_before(session)

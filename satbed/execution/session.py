@@ -18,6 +18,7 @@ from typing import Iterator
 
 from satbed.backends import ansible as ansible_backend
 from satbed.backends import clients, counters, cwnd, docker as docker_backend, emulation, pepnodes, traffic, watch
+from satbed.backends import records
 from satbed.backends.captures import Captures
 from satbed.backends.net import NAMESPACES, Backend
 from satbed.backends.clients.base import ClientContext
@@ -161,6 +162,7 @@ class Session:
         self.dir = paths.private_dir(os.path.abspath(session_dir))
         os.makedirs(os.path.join(self.dir, "logs"), exist_ok=True)
         self.tb.record.run_dir = self.dir     # `satbed clean` removes a killed run's payloads and keys
+        records.mark_run_dir(self.dir, self.tb.prefix)     # ...where this says satbed made the directory
         write_json(os.path.join(self.dir, "config.json"), config_document(self.cfg, self.spec, self.plan))
         self.env = environment.collect()
         return self.dir
@@ -170,7 +172,8 @@ class Session:
         directory (Docker) or its machines (Ansible)."""
         if self.backend == "docker":
             pep_images = {n: p.name for n, p in self.plan.peps.items()}
-            return docker_backend.DockerBackend.for_run(self.dir, self.cfg.pep, pep_images)
+            return docker_backend.DockerBackend.for_run(
+                self.dir, self.cfg.pep, pep_images, link_files=emulation.profile_files(self.plan.links.values()))
         if self.backend == "ansible":
             return ansible_backend.AnsibleBackend.for_run(Settings.from_environ().inventory, self.spec, self.dir)
         return NAMESPACES
