@@ -22,7 +22,9 @@ import subprocess
 
 import pytest
 
+from satbed.backends import pepnodes
 from satbed.backends.pepnodes import ProbeLeg, split_verdict
+from satbed.core.settings import Settings
 from satbed_testlib import REPO, needs_root, satbed
 
 ADAPTERS = os.path.join(REPO, "pep", "adapters")
@@ -176,6 +178,103 @@ def test_scps_refuses_a_64_bit_build(tmp_path):
     shutil.copy("/bin/true", fake)       # any 64-bit ELF
     line = one_line(adapter("scps", "start", tmp_path, SATBED_PEP_OPTS=f"bin={fake}"))
     assert "64-bit build" in line and "-m32" in line
+
+
+# The optional `available` verb (pep/CONTRACT.md): 0 where the PEP can run
+# here, else one line naming what is missing; an unknown verb exits 64.
+
+def test_scps_available_names_the_missing_gateway(tmp_path):
+    # No option, no $SATBED_SCPS_BIN, nothing on PATH or in SATBED_BIN_DIR.
+    cp = adapter("scps", "available", tmp_path, SATBED_BIN_DIR=str(tmp_path))
+    line = one_line(cp)
+    assert line.startswith("scps: no SCPS gateway binary") and "SATBED_SCPS_BIN" not in cp.stdout
+    assert "bin/scps-gateway" in line and "bin=/path/to/gateway" in line
+    assert not os.listdir(tmp_path)             # asked, nothing started or written
+    not_x = tmp_path / "gateway"
+    not_x.write_text("")
+    assert "is not executable" in one_line(adapter("scps", "available", tmp_path, SATBED_SCPS_BIN=str(not_x)))
+
+
+@needs_tun
+@needs_brctl
+def test_scps_available_with_a_gateway_found_as_start_finds_it(tmp_path):
+    # The CI stand-in as the lab's gateway, by each of the four ways start finds one.
+    standin = f"{STANDINS}/scps-gateway"
+    on_path = tmp_path / "path"
+    on_path.mkdir()
+    os.symlink(standin, on_path / "scps-gateway")
+    in_bin = tmp_path / "bin"
+    in_bin.mkdir()
+    os.symlink(standin, in_bin / "scps-gateway")
+    for env in ({"SATBED_PEP_OPTS": f"bin={standin}"}, {"SATBED_SCPS_BIN": standin},
+                {"PATH": f"{on_path}:/usr/sbin:/usr/bin:/sbin:/bin"}, {"SATBED_BIN_DIR": str(in_bin)}):
+        cp = adapter("scps", "available", tmp_path, **env)
+        assert cp.returncode == 0 and cp.stderr == "", (env, cp.stderr)
+    # What the TAP build needs is checked as start checks it: a 64-bit build is refused.
+    fake = tmp_path / "gateway64"
+    shutil.copy("/bin/true", fake)
+    assert "64-bit build" in one_line(adapter("scps", "available", tmp_path, SATBED_SCPS_BIN=str(fake)))
+
+
+def test_scps_available_names_a_missing_brctl(tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for t in ("sh", "cat", "sed", "awk", "od", "tr", "grep", "dirname", "ifconfig"):
+        where = shutil.which(t)
+        if where:
+            os.symlink(where, tools / t)
+    line = one_line(adapter("scps", "available", tmp_path, PATH=str(tools), SATBED_SCPS_BIN=f"{STANDINS}/scps-gateway"))
+    assert "brctl" in line and "bridge-utils" in line
+
+
+def test_the_other_adapters_answer_available(tmp_path):
+    assert adapter("none", "available", tmp_path).returncode == 0
+    line = one_line(adapter("pepd", "available", tmp_path, SATBED_BIN_DIR=str(tmp_path)))
+    assert f"{tmp_path}/pepd" in line and "go build" in line
+    fake = tmp_path / "pepd"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert adapter("pepd", "available", tmp_path, SATBED_BIN_DIR=str(tmp_path)).returncode == 0
+    assert "no pepsal binary" in one_line(adapter("pepsal", "available", tmp_path, SATBED_BIN_DIR=str(tmp_path)))
+    cp = adapter("pepsal", "available", tmp_path, SATBED_PEPSAL_BIN=f"{STANDINS}/pepsal")
+    assert cp.returncode == 0 and cp.stderr == "", cp.stderr
+    for name in ("none", "pepd", "pepsal", "scps"):
+        cp = adapter(name, "no-such-verb", tmp_path)
+        assert cp.returncode == 64 and cp.stderr.startswith("usage:"), (name, cp.returncode, cp.stderr)
+
+
+def test_pepnodes_available_asks_the_adapter_with_the_contract_minimum(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    none = Settings.from_environ({})
+    why = pepnodes.available("scps", "", none)
+    assert why.startswith("scps: no SCPS gateway binary") and "\n" not in why
+    if os.path.exists("/dev/net/tun") and shutil.which("brctl") and shutil.which("ifconfig"):
+        assert pepnodes.available("scps", "", Settings.from_environ(
+            {"SATBED_SCPS_BIN": f"{STANDINS}/scps-gateway"})) == ""
+        assert pepnodes.available("scps", f"bin={STANDINS}/scps-gateway", none) == ""
+    # An adapter without the verb counts as available; one that says no, as not.
+    said = {}
+    for code in (64, 2, 1, 0):
+        script = tmp_path / f"adapter{code}"
+        script.write_text(f"#!/bin/sh\necho 'lab: no lab gateway here' >&2\nexit {code}\n")
+        script.chmod(0o755)
+        monkeypatch.setattr(pepnodes, "check", lambda name, script=script: str(script))
+        said[code] = pepnodes.available("lab", "", none)
+    assert said == {64: "", 2: "", 1: "lab: no lab gateway here", 0: ""}
+
+
+def test_scps_options_for_the_global_hawk_study(tmp_path):
+    """The study's gateway: 10 Mbit/s, minimum RTO 800 ms, a 2,000,000-byte
+    window, whatever the emulated link's RTT and BER (here 600 ms, 1e-5)."""
+    rf = rfile(adapter("scps", "rfile", tmp_path,
+                       SATBED_PEP_OPTS="rate=10000000 rtt_ms=800 minrto_us=800000 buf=2000000"))
+    assert rf["BIF_RATE"] == "10000000" and rf["BIF_MINRTO"] == "800000"
+    assert rf["BIF_BUF"] == rf["AIF_BUF"] == "2000000"
+    # rtt_ms alone sizes the minimum RTO and the buffers (2 x BDP at BER 0) for that RTT.
+    rf = rfile(adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="rtt_ms=800", SATBED_BER="0",
+                       SATBED_RTT_MS="0", SATBED_RATE_BPS="10000000"))
+    assert rf["BIF_MINRTO"] == "800000" and rf["BIF_BUF"] == str(2 * 10_000_000 // 8 * 800 // 1000)
+    assert "rtt_ms=80x" in one_line(adapter("scps", "rfile", tmp_path, SATBED_PEP_OPTS="rtt_ms=80x"))
 
 
 THROUGH = ProbeLeg("10.99.99.2", "10.99.99.254", 7702, {"connected": True, "connect_ms": 0.1},
