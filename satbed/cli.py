@@ -32,6 +32,7 @@ from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
 from satbed.report import globalhawk, page, summary
+from satbed.results.store import MEASURED, UNAVAILABLE
 
 def _terminate(signum, frame):
     # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
@@ -180,7 +181,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     print(json.dumps(counts, sort_keys=True))
     # limited is a measurement (what arrived within the time limit); failed,
     # timed-out or interrupted cells are not, whichever run of the matrix left them.
-    bad = [r for r in rows if r.status not in ("ok", "limited")]
+    # Unavailable ones are no failure: their PEP is not installed here, and the
+    # summary says so; a later run runs them.
+    bad = [r for r in rows if r.status not in MEASURED and r.status != UNAVAILABLE]
+    missing = sum(r.status == UNAVAILABLE for r in rows)
+    if missing:
+        print(f"satbed: {missing} of {len(rows)} cells unavailable here (see above); run the matrix again "
+              "once their PEP is installed", file=sys.stderr)
     if bad:
         print(f"satbed: {len(bad)} of {len(rows)} cells did not measure (see above; "
               f"`satbed matrix {args.file} --out {args.out} --retry` reruns them)", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -677,11 +678,11 @@ def test_a_transfer_over_the_time_limit_is_measured_and_charted(tmp_path):
 
 @needs_root
 def test_a_failing_cell_makes_the_matrix_exit_nonzero_with_its_reason_last(tmp_path):
-    # The PEP's server binary is missing: that cell fails, the other measures.
+    # The PEP's program is there but exits at once: that cell fails, the other measures.
     path = write(tmp_path, "fixed: {client: scp, rtt: 0, size: 256K, emulator: userspace, captures: none}\n"
                            "axes: {pep: [none, pepsal]}\n")
     out = str(tmp_path / "fail")
-    cp = satbed("matrix", path, "--out", out, timeout=300, env={"SATBED_PEPSAL_BIN": "/nonexistent/pepsal"})
+    cp = satbed("matrix", path, "--out", out, timeout=300, env={"SATBED_PEPSAL_BIN": "/bin/false"})
     assert cp.returncode == 1, cp.stderr
     assert _statuses(out) == {"ok": 1, "failed": 1}
     last = cp.stderr.strip().splitlines()[-4:]
@@ -922,3 +923,70 @@ def test_pepd_on_a_lossy_link_gets_its_defaults_in_the_configuration(tmp_path):
                    (1e-5, ""): "cc=bbr buffer_factor=8", (1e-5, "cc=cubic"): "cc=cubic buffer_factor=8",
                    (1e-5, "wan_buf=1000000"): "wan_buf=1000000 cc=bbr"}
     assert peps.effective_options("pepsal", "", 1e-5) == ""
+
+
+needs_scps_runtime = pytest.mark.skipif(
+    not os.path.exists("/dev/net/tun") or not shutil.which("brctl") or not shutil.which("ifconfig"),
+    reason="the SCPS stand-in needs /dev/net/tun, brctl and ifconfig")
+
+
+@needs_root
+@needs_scps_runtime
+def test_cells_of_a_pep_not_installed_are_unavailable_and_a_later_run_runs_them(tmp_path):
+    """No SCPS gateway here: its cell is stored unavailable with the
+    adapter's line, never started, and the matrix exits 0 with the other
+    cell measured. Once the gateway is there (the CI stand-in, standing in
+    for the lab's binary) the next run runs it."""
+    if shutil.which("scps-gateway") or os.path.exists(os.path.join(REPO, "bin", "scps-gateway")):
+        pytest.skip("an SCPS gateway is installed here")
+    path = write(tmp_path, "fixed: {client: ping, size: 16K, rtt: 0, emulator: bridge, captures: none}\n"
+                           "axes: {pep: [none, scps]}\n")
+    out = str(tmp_path / "m")
+    cp = satbed("matrix", path, "--out", out, timeout=300, env={"SATBED_SCPS_BIN": ""})
+    assert cp.returncode == 0, cp.stderr
+    assert "1 to run, 1 unavailable here" in cp.stderr
+    assert _statuses(out) == {"ok": 1, "unavailable": 1}
+    row = _row(out, "scps")
+    assert row["status"] == "unavailable" and row["error"].startswith("scps: no SCPS gateway binary"), row
+    assert row["attempts"] == 0 and not os.path.exists(os.path.join(out, "cells", row["hash"]))
+    assert "  1 x scps: no SCPS gateway binary" in cp.stderr and "failures" not in cp.stderr
+    assert json.loads(cp.stdout.strip().splitlines()[-1])["unavailable"] == 1
+    assert satbed("report", out).returncode == 0
+    page = open(os.path.join(out, "report.html")).read()
+    assert "<h2>Unavailable</h2>" in page and "no SCPS gateway binary" in page and "<h2>Failures</h2>" not in page
+
+    gateway = {"SATBED_SCPS_BIN": os.path.join(REPO, "tests", "standins", "scps-gateway")}
+    cp = satbed("matrix", path, "--out", out, timeout=300, env=gateway)
+    assert cp.returncode == 0, cp.stderr
+    assert "1 already done, 1 to run (" in cp.stderr
+    assert _statuses(out) == {"ok": 2}
+    assert _row(out, "scps")["attempts"] == 1
+    assert _leftovers(out) == []
+
+
+def _row(out: str, pep: str) -> dict:
+    db = sqlite3.connect(os.path.join(out, "results.sqlite"))
+    db.row_factory = sqlite3.Row
+    try:
+        rows = [dict(r) for r in db.execute("SELECT * FROM cells")]
+    finally:
+        db.close()
+    return next(r for r in rows if json.loads(r["params"])["pep"] == pep)
+
+
+def test_unavailable_cells_are_listed_apart_from_failures():
+    from satbed.report.summary import failure_reasons, summary_table, terminal_summary, unavailable_reasons
+    from satbed.results.store import DONE, MEASURED, CellRow
+    why = "scps: no SCPS gateway binary: satbed ships none"
+    params = {"client": "ping", "rtt": 0, "ber": 0, "size": 1024, "direction": "download"}
+    rows = [CellRow(f"h{i}", "e", {**params, "pep": "scps", "rtt": i}, {}, 0, "unavailable", why) for i in range(3)]
+    rows += [CellRow("f", "e", {**params, "pep": "pepd"}, {}, 0, "failed", "pepd: boom"),
+             CellRow("o", "e", {**params, "pep": "none"}, {}, 0, "ok", None, 1e6)]
+    assert "unavailable" not in DONE and "unavailable" not in MEASURED      # a later run tries them again
+    assert unavailable_reasons(rows) == [(why, 3)]
+    assert failure_reasons(rows) == [("failed: pepd: boom", 1)]
+    assert [d["failed"] for d in summary_table(rows) if d["pep"] == "scps"] == [0, 0, 0]
+    text = terminal_summary(rows)
+    assert f"    3 x {why}" in text and "    1 x failed: pepd: boom" in text
+    assert text.index("failures, most common first") < text.index("unavailable here (not run")
+    assert "(1 unavailable here)" in text

@@ -51,6 +51,36 @@ def contract_env(lan: str, wan: str, bridge: str, side: str, link: LinkConfig, o
     }
 
 
+# The adapter's `available` verb (pep/CONTRACT.md): how long it may take, and
+# the exit statuses that mean it does not know the verb, so the PEP counts as
+# available (64 EX_USAGE; 2, the usage exit of adapters older than the verb).
+AVAILABLE_TIMEOUT_S = 15.0
+UNKNOWN_VERB = (64, 2)
+
+
+def available(name: str, options: str = "", settings: Settings | None = None) -> str:
+    """'' when the PEP named by adapter can run on this machine, else the
+    adapter's one line saying what is missing. Asked outside any PEP node
+    with the contract's minimum: the options (bin= may name the program),
+    satbed's binaries and the lab's own builds."""
+    settings = settings or Settings.from_environ()
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "SATBED_BIN_DIR": BIN_DIR,
+           "SATBED_PEP_OPTS": options}
+    for var, path in zip(LAB_BINARIES, (settings.pepsal_bin, settings.scps_bin)):
+        if path:
+            env[var] = path
+    try:
+        cp = subprocess.run([check(name), "available"], capture_output=True, text=True, env=env,
+                            timeout=AVAILABLE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{name}: its adapter's `available` did not answer in {AVAILABLE_TIMEOUT_S:g} s"
+    except OSError as e:
+        return f"{name}: its adapter could not be run ({e.strerror})"
+    if cp.returncode == 0 or cp.returncode in UNKNOWN_VERB:
+        return ""
+    return last_line(cp.stderr or cp.stdout) or f"{name}: `available` exited {cp.returncode}"
+
+
 def describe(name: str) -> dict:
     """What environment.json records of a PEP: its adapter's digest, and the
     digest of satbed's own binary behind it where there is one. A PEP image

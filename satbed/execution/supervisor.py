@@ -2,7 +2,9 @@
 each in its own child process and its own prefixed testbed, admitted by
 their modelled CPU cost, stopped at their time limit, and recorded in
 DIR/results.sqlite. A second run of the same file skips finished cells; a
-killed matrix's children still running are adopted by the next."""
+killed matrix's children still running are adopted by the next. Cells whose
+PEP this machine lacks (its adapter's `available`, pep/CONTRACT.md) are
+stored as unavailable, with the adapter's reason, and not started."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from typing import TextIO
 
+from satbed.backends import pepnodes
 from satbed.core import paths
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
@@ -23,8 +27,9 @@ from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
                                        read_exit, running_child, signal_child, spawn, stop_children)
 from satbed.execution.estimate import fmt_s
+from satbed.model import peps
 from satbed.model.experiment import Cell, Experiment
-from satbed.results.store import DONE, MEASURED, CellRow, Store
+from satbed.results.store import DONE, MEASURED, UNAVAILABLE, CellRow, Store
 
 SPAWN_GAP_S = 1.0           # between cell starts: testbed setups are CPU-bound bursts of ~1.5 s
 
@@ -117,6 +122,14 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                 adopted.append((cell, live))
             else:
                 todo.append(cell)
+        # Never started, stored with the reason: the next run asks again.
+        missing = unavailable(todo, backend)
+        for cell in todo:
+            if cell.hash in missing:
+                store.put(CellRow(hash=cell.hash, experiment=exp.name, params=cell.params, config=cell.config,
+                                  repetition=cell.repetition, status=UNAVAILABLE, error=missing[cell.hash],
+                                  estimate=cell.estimate_s, attempts=0))
+        todo = [c for c in todo if c.hash not in missing]
         admit = Admission.for_host(jobs, host)
         meter = CpuMeter()
         # Cells sharing a testbed run as one batch; the longest batches start first,
@@ -127,9 +140,13 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                                  reference=exp.reference)
         batched = sum(len(b) for b in pending if len(b) > 1)
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
-                     f"{len(todo)} to run ({admit.describe()}"
+                     f"{len(todo)} to run"
+                     + (f", {len(missing)} unavailable here (not run: their PEP is not installed)" if missing else "")
+                     + f" ({admit.describe()}"
                      + (f"; {batched} of them in {sum(len(b) > 1 for b in pending)} batches sharing a testbed"
                         if batched else "") + f") into {out}\n")
+        for reason, n in Counter(missing.values()).most_common():
+            stream.write(f"satbed matrix: {n} cell(s) unavailable: {reason}\n")
         stream.flush()
         progress = Progress(len(todo) + len(adopted), parallel, stream)
         running: dict[str, Child] = {}
@@ -138,6 +155,8 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                          f"(pid {ch.proc.pid}): waiting for it\n")
             running[ch.cell.hash] = ch
         counts = {"ok": 0, "limited": 0, "failed": 0, "timeout": 0, "skipped": skipped}
+        if missing:
+            counts[UNAVAILABLE] = len(missing)
         outcome = "interrupted"
         last_spawn = -SPAWN_GAP_S
 
@@ -238,6 +257,33 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
                      f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
     return counts
+
+
+def unavailable(cells: list[Cell], backend: str) -> dict[str, str]:
+    """cell hash -> why a PEP it names cannot run on this machine (its
+    adapter's one line). Each PEP with its options is asked once: the options
+    may name the program (bin=). Only namespace nodes run the repository's
+    adapters here; an image carries its program, and Ansible's machines are
+    elsewhere, so those are not asked."""
+    if backend != "mininet":
+        return {}
+    answers: dict[tuple[str, str], str] = {}
+    out: dict[str, str] = {}
+    for cell in cells:
+        cfg = cell.run_config()
+        wanted = [(cfg.pep, cfg.pep_options), *((p.name, p.options) for p in cfg.peps.values())]
+        reasons: list[str] = []
+        for name, options in wanted:
+            if peps.is_image(name):
+                continue
+            if (name, options) not in answers:
+                answers[name, options] = pepnodes.available(name, options)
+            why = answers[name, options]
+            if why and why not in reasons:
+                reasons.append(why)
+        if reasons:
+            out[cell.hash] = "; ".join(reasons)
+    return out
 
 
 def _adopt(adopted: list[tuple[Cell, tuple[int, int]]], out: str) -> list[Child]:

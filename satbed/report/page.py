@@ -27,7 +27,7 @@ from .charts import CHARTS, CHARTS_WANT, draw_chart
 from .common import fmt_ber, fmt_mbps, html_table, human_size, pep_label
 from .export import write_csv
 from .gallery import gallery, gallery_html
-from .summary import CAPTURE_METRICS, failure_reasons, summary_table
+from .summary import CAPTURE_METRICS, failure_reasons, summary_table, unavailable_reasons
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -100,6 +100,12 @@ def build(out: str) -> str:
         parts.append("<h2>Failures</h2><p class='failed'>" +
                      f"{sum(n for _, n in reasons)} cells did not measure; their reasons, most common first:</p>" +
                      html_table(["cells", "reason"], [[str(n), text] for text, n in reasons]))
+    missing = unavailable_reasons(rows)
+    if missing:
+        parts.append("<h2>Unavailable</h2><p>" +
+                     f"{sum(n for _, n in missing)} cells were not run: their PEP is not installed on the "
+                     "machine that ran the matrix. A later run, once it is, runs them. Why:</p>" +
+                     html_table(["cells", "reason"], [[str(n), text] for text, n in missing]))
     parts.extend(study)
     if charts:
         parts.append("<h2>Charts</h2>")

@@ -9,7 +9,7 @@ import statistics
 from collections import Counter, defaultdict
 
 from satbed.model.experiment import without_options_for_no_pep
-from satbed.results.store import MEASURED, CellRow
+from satbed.results.store import MEASURED, UNAVAILABLE, CellRow
 
 from .common import PROTOCOL_ORDER, fmt_ber, human_size, mean_ci, measured, param_key, pep_label
 
@@ -101,7 +101,8 @@ def summary_table(rows: list[CellRow], reference: dict | None = None) -> list[di
                     "client": p["client"], "pep": pep_label(p), "rtt": p["rtt"], "ber": p["ber"], "size": p["size"],
                     "direction": p["direction"], "cells": len(rs), "ok": sum(r.status in MEASURED for r in rs),
                     "limited": sum(r.status == "limited" for r in rs),
-                    "failed": sum(r.status not in MEASURED for r in rs),
+                    "failed": sum(r.status not in MEASURED and r.status != UNAVAILABLE for r in rs),
+                    "unavailable": sum(r.status == UNAVAILABLE for r in rs),
                     "mean_bps": m, "ci95_bps": c, "first_byte_s": _mean_metric(rs, "first_byte_s"),
                     "after_first_byte_bps": after, **ref, "rtt_ms_avg": _mean_metric(rs, "rtt_ms_avg"),
                     "cpu_s_per_gb": _mean_cpu_per_gb(rs),
@@ -120,9 +121,17 @@ def _goodputs(rs: list[CellRow]) -> list[float]:
 
 def failure_reasons(rows: list[CellRow]) -> list[tuple[str, int]]:
     """The reasons cells failed, most common first: errors differ only by
-    their cell's paths and numbers, so those are masked before counting."""
-    reasons = Counter(_reason(r) for r in rows if r.status not in MEASURED)
+    their cell's paths and numbers, so those are masked before counting.
+    Unavailable cells did not fail: unavailable_reasons gives theirs."""
+    reasons = Counter(_reason(r) for r in rows if r.status not in MEASURED and r.status != UNAVAILABLE)
     return reasons.most_common()
+
+
+def unavailable_reasons(rows: list[CellRow]) -> list[tuple[str, int]]:
+    """Why cells were not run here, most common first: their PEP adapter's
+    one line (the same for all of a PEP's cells)."""
+    return Counter((r.error or "PEP not available").strip() for r in rows
+                   if r.status == UNAVAILABLE).most_common()
 
 
 def _reason(r: CellRow) -> str:
@@ -156,7 +165,8 @@ def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | No
                      f"{human_size(d['size']):>10}  {d['ok'] - d['limited']:>3}{d['limited']:>4}{d['failed']:>5}"
                      f"{good:>16}" + (f"{_pct(d.get('ref_pct')):>16}" if ref else "") + f"{first:>11}{after:>16}"
                      + (f"{_pct(d.get('ref_after_first_byte_pct')):>16}" if ref else "")
-                     + (f"  {d['setting']}" if d["setting"] else ""))
+                     + (f"  {d['setting']}" if d["setting"] else "")
+                     + (f"  ({d['unavailable']} unavailable here)" if d["unavailable"] else ""))
     if reference:
         lines.append(f"% of {label}: of the row with "
                      + ", ".join(f"{k}={v}" for k, v in reference.items()) + " and the same other parameters")
@@ -169,6 +179,13 @@ def terminal_summary(rows: list[CellRow], width: int = 240, reference: dict | No
             lines.append(f"  {n:>3} x {text[:width]}")
         if len(reasons) > 5:
             lines.append(f"  ... {len(reasons) - 5} other reasons (results.csv, report.html)")
+    missing = unavailable_reasons(rows)
+    if missing:
+        # Not failures: the next run, once the PEP is installed, runs them.
+        lines.append("unavailable here (not run; a later run runs them once the PEP is installed):")
+        for text, n in missing:
+            # Whole: the adapter's line says what to install, and there are few.
+            lines.append(f"  {n:>3} x {text}")
     return "\n".join(lines)
 
 

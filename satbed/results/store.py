@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS cells (
     params      TEXT NOT NULL,      -- JSON: the axis values and fixed parameters, as written
     config      TEXT NOT NULL,      -- JSON: the full RunConfig the hash is taken over
     repetition  INTEGER NOT NULL,
-    status      TEXT NOT NULL,      -- ok | limited | failed | timeout | interrupted
+    status      TEXT NOT NULL,      -- ok | limited | failed | timeout | interrupted | unavailable
     error       TEXT,
     goodput_bps REAL,
     metrics     TEXT,               -- JSON: the cell's result.json
@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS runs (
 DONE = ("ok", "limited", "failed", "timeout")
 # Statuses whose goodput is a measurement (limited: over the time limit).
 MEASURED = ("ok", "limited")
+# A cell whose PEP this machine lacks (its adapter's `available` said why):
+# never started, not a failure, and neither DONE nor MEASURED, so the next
+# run, after the PEP is installed, runs it.
+UNAVAILABLE = "unavailable"
 
 
 @dataclass
@@ -105,7 +109,8 @@ class Store:
 
     def put(self, row: CellRow) -> None:
         old = self.get(row.hash)
-        attempts = (old.attempts + 1) if old else row.attempts
+        # A cell found unavailable was not attempted: it adds no attempt.
+        attempts = old.attempts + (row.status != UNAVAILABLE) if old else row.attempts
         self.db.execute(
             "INSERT OR REPLACE INTO cells (hash, experiment, params, config, repetition, status, error,"
             " goodput_bps, metrics, started, finished, seconds, estimate, attempts)"
