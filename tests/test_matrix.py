@@ -990,3 +990,32 @@ def test_unavailable_cells_are_listed_apart_from_failures():
     assert f"    3 x {why}" in text and "    1 x failed: pepd: boom" in text
     assert text.index("failures, most common first") < text.index("unavailable here (not run")
     assert "(1 unavailable here)" in text
+
+
+def test_a_matrix_asks_each_pep_that_runs_once(tmp_path, monkeypatch):
+    """What runs on the PEP nodes is asked about, once per PEP and options;
+    a `pep` that every node's placement overrides is not; images and other
+    backends are not asked."""
+    from satbed.backends import pepnodes
+    from satbed.execution import matrix, supervisor
+    asked: list[tuple[str, str]] = []
+
+    def available(name: str, options: str = "") -> str:
+        asked.append((name, options))
+        return f"{name}: not here" if name == "scps" else ""
+    monkeypatch.setattr(pepnodes, "available", available)
+    exp = matrix.load(write(tmp_path, "fixed: {client: ping, emulator: userspace}\n"
+                                      "axes: {pep: [none, pepd, scps], rtt: [0, 100]}\n"))
+    missing = supervisor.unavailable(exp.cells, "mininet")
+    assert sorted(asked) == [("none", ""), ("pepd", ""), ("scps", "")]
+    assert sorted(missing.values()) == ["scps: not here"] * 2
+    assert all(c.params["pep"] == "scps" for c in exp.cells if c.hash in missing)
+    assert supervisor.unavailable(exp.cells, "docker") == {} and supervisor.unavailable(exp.cells, "ansible") == {}
+    # Both PEP nodes placed: the scenario's `pep: pepd` runs nowhere and is not asked.
+    scen = tmp_path / "placed.yaml"
+    scen.write_text("topology: globalhawk\npep: pepd\nlink: {emulator: userspace}\n"
+                    "peps: {pepA: {name: scps, options: rtt_ms=800}, pepB: none}\n"
+                    "workload: {main: {client: ping}}\nmatrix: {axes: {rtt: [0, 100]}}\n")
+    asked.clear()
+    missing = supervisor.unavailable(matrix.load(str(scen)).cells, "mininet")
+    assert sorted(asked) == [("none", ""), ("scps", "rtt_ms=800")] and len(missing) == 2

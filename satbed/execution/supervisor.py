@@ -27,7 +27,8 @@ from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
                                        read_exit, running_child, signal_child, spawn, stop_children)
 from satbed.execution.estimate import fmt_s
-from satbed.model import peps
+from satbed.model import peps, topology
+from satbed.model.config import PepPlacement
 from satbed.model.experiment import Cell, Experiment
 from satbed.results.store import DONE, MEASURED, UNAVAILABLE, CellRow, Store
 
@@ -268,10 +269,22 @@ def unavailable(cells: list[Cell], backend: str) -> dict[str, str]:
     if backend != "mininet":
         return {}
     answers: dict[tuple[str, str], str] = {}
+    pep_nodes: dict[str, list[str]] = {}
     out: dict[str, str] = {}
     for cell in cells:
         cfg = cell.run_config()
-        wanted = [(cfg.pep, cfg.pep_options), *((p.name, p.options) for p in cfg.peps.values())]
+        key = json.dumps([cfg.topology, cfg.topology_overrides], sort_keys=True, default=str)
+        if key not in pep_nodes:
+            try:
+                spec = topology.load(cfg.topology, cfg.topology_overrides)
+                pep_nodes[key] = [t.name for t in spec.of_kind("pep")]
+            except SatbedError:
+                pep_nodes[key] = []     # the cell fails on it when it runs, saying why
+        # What runs on each PEP node, as the session places it: `pep` where
+        # no placement names the node (a pep every node's placement overrides
+        # is not asked about).
+        placed = [cfg.peps.get(n, PepPlacement(cfg.pep, cfg.pep_options)) for n in pep_nodes[key]]
+        wanted = [(p.name, p.options) for p in placed] or [(cfg.pep, cfg.pep_options)]
         reasons: list[str] = []
         for name, options in wanted:
             if peps.is_image(name):
