@@ -24,7 +24,8 @@ from satbed.backends.ansible import INVENTORY_ENV
 from satbed.backends.nodeshell import NodeShell
 from satbed.backends.testbed import Testbed, clean, running
 from satbed.commands import compose
-from satbed.core.errors import SatbedError, error_line
+from satbed.core import crash
+from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.settings import Settings
 from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
@@ -97,7 +98,14 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     values = params.resolve([("", scenario_params), ("--", paths), ("--", typed)], clients.REGISTRY,
                             base={**params.defaults(), "graphs": True})
     values["analyze"] = values["analyze"] and not args.no_analysis
-    return experiment.run_config(values, 0, clients.REGISTRY)
+    try:
+        return experiment.run_config(values, 0, clients.REGISTRY)
+    except SatbedError as e:
+        # Cross-references (links.sat, profiles.h1) are the scenario file's: say which file.
+        path = values.get("scenario")
+        if path and not str(e).startswith(path):
+            raise SatbedError(f"{path}: {e}") from None
+        raise
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -160,6 +168,8 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise SatbedError(f"--jobs must be at least 1, got {args.jobs}")
     exp = matrix.load(args.file, args.backend, args.repetitions, args.variant or ())
     if args.fidelity:
         fidelity.fidelity(exp, args.out, args.jobs, backend=args.backend)
@@ -334,22 +344,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The one guard: a SatbedError is one line and exit 2, Ctrl-C exit 130,
+    anything else one line saying it is a bug, exit 70, its traceback saved
+    (satbed/core/crash.py)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if getattr(args, "inventory", None):
-            if args.backend != "ansible":
-                raise SatbedError("--inventory goes with --backend ansible")
-            # Read by the backend in this process and in every matrix cell.
-            os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
-        if getattr(args, "needs_root", True):
-            require_root()
-        return args.fn(args)
-    except SatbedError as e:
-        return error_line(e)
+        return crash.guarded(lambda: _main(argv))
     except KeyboardInterrupt:
         # Everything is removed by now: a further Ctrl-C has nothing left to stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("satbed: interrupted; testbed removed", file=sys.stderr)
         return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "inventory", None):
+        if args.backend != "ansible":
+            raise SatbedError("--inventory goes with --backend ansible")
+        # Read by the backend in this process and in every matrix cell.
+        os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
+    if getattr(args, "needs_root", True):
+        require_root()
+    return args.fn(args)
