@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
 from satbed.report import globalhawk, page, summary
+from satbed.results import rundir
 
 def _terminate(signum, frame):
     # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
@@ -213,7 +215,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.window[1] > 0 or not args.window[0] >= 0:
             raise SatbedError("--window START_S DURATION_S: start >= 0 and duration > 0 seconds")
         window = Window(*args.window)
-    if os.path.isfile(os.path.join(args.dir, "result.json")):
+    if not os.path.isdir(args.dir):
+        what = "not a directory" if os.path.lexists(args.dir) else "no such directory"
+        raise SatbedError(f"{args.dir or repr(args.dir)}: {what} (give a run directory or a matrix's --out)")
+    if os.path.lexists(os.path.join(args.dir, "result.json")):
+        rundir.check(args.dir)      # a damaged or foreign run directory: one line naming the file
         # write_report analyses first when the stored analysis is missing or stale.
         print(run_report.write_report(args.dir, window=window))
         return 0
@@ -229,18 +235,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     require_root()
     done = []
+    remote_error: SatbedError | None = None
     if args.backend == "ansible":
         # First, while the killed runs' directories (a PEP's state) are intact.
         live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
-        done += ansible.clean(Settings.from_environ().inventory, live)
+        try:
+            done += ansible.clean(Settings.from_environ().inventory, live)
+        except SatbedError as e:
+            # A bad inventory must not keep this machine's leftovers: they are cleaned, then it is said.
+            remote_error = e
     done += clean()
     # Containers of runs killed before their record listed them.
     done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")
+    if remote_error is not None:
+        raise SatbedError(f"the machines were not cleaned: {remote_error}")
     return 0
 
 
+# A Docker image reference (registry/name:tag or @digest): never an option docker would parse.
+IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+
+
 def cmd_pep_check(args: argparse.Namespace) -> int:
+    if not IMAGE_REF.match(args.image) or len(args.image) > 255:
+        raise SatbedError(f"pep-check: {args.image!r} is not an image reference (e.g. satbed/pep-pepd:latest)")
     report = pepcheck.check(args.image)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1

@@ -41,7 +41,7 @@ def read_regular(path: str | os.PathLike, what: str, limit: int) -> bytes:
         if stat.S_ISDIR(st.st_mode):
             raise SatbedError(f"{path}: a directory, not a {what}")
         if not stat.S_ISREG(st.st_mode):
-            raise SatbedError(f"{path}: not a regular file (a FIFO, socket or device), not a {what}")
+            raise SatbedError(f"{path}: not a regular file (a FIFO, socket or device): refused as {what}")
         # O_NONBLOCK: should the path have become a FIFO since the stat, open does not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
