@@ -1,11 +1,18 @@
 import os
 import sys
 
+from satbed.core.crash import bug_line
+from satbed.core.errors import SatbedError, error_line
+
 try:
     from satbed.cli import main
 except KeyboardInterrupt:   # Ctrl-C while Python loads: nothing was started yet
     print("satbed: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
+except SatbedError as e:    # a lab's client adapter that does not load, found at import
+    raise SystemExit(error_line(e)) from None
+except Exception as e:      # the guard in main() is not running yet
+    raise SystemExit(bug_line(e)) from None
 
 status = main()
 if status == 130:

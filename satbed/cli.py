@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -24,7 +25,8 @@ from satbed.backends.ansible import INVENTORY_ENV
 from satbed.backends.nodeshell import NodeShell
 from satbed.backends.testbed import Testbed, clean, running
 from satbed.commands import compose
-from satbed.core.errors import SatbedError, error_line
+from satbed.core import crash
+from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.settings import Settings
 from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
@@ -32,6 +34,7 @@ from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
 from satbed.report import globalhawk, page, summary
+from satbed.results import rundir
 from satbed.results.store import MEASURED, UNAVAILABLE
 
 def _terminate(signum, frame):
@@ -98,7 +101,14 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     values = params.resolve([("", scenario_params), ("--", paths), ("--", typed)], clients.REGISTRY,
                             base={**params.defaults(), "graphs": True})
     values["analyze"] = values["analyze"] and not args.no_analysis
-    return experiment.run_config(values, 0, clients.REGISTRY)
+    try:
+        return experiment.run_config(values, 0, clients.REGISTRY)
+    except SatbedError as e:
+        # Cross-references (links.sat, profiles.h1) are the scenario file's: say which file.
+        path = values.get("scenario")
+        if path and not str(e).startswith(path):
+            raise SatbedError(f"{path}: {e}") from None
+        raise
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -161,6 +171,8 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise SatbedError(f"--jobs must be at least 1, got {args.jobs}")
     exp = matrix.load(args.file, args.backend, args.repetitions, args.variant or ())
     if args.fidelity:
         fidelity.fidelity(exp, args.out, args.jobs, backend=args.backend)
@@ -210,7 +222,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not args.window[1] > 0 or not args.window[0] >= 0:
             raise SatbedError("--window START_S DURATION_S: start >= 0 and duration > 0 seconds")
         window = Window(*args.window)
-    if os.path.isfile(os.path.join(args.dir, "result.json")):
+    if not os.path.isdir(args.dir):
+        what = "not a directory" if os.path.lexists(args.dir) else "no such directory"
+        raise SatbedError(f"{args.dir or repr(args.dir)}: {what} (give a run directory or a matrix's --out)")
+    if os.path.lexists(os.path.join(args.dir, "result.json")):
+        rundir.check(args.dir)      # a damaged or foreign run directory: one line naming the file
         # write_report analyses first when the stored analysis is missing or stale.
         print(run_report.write_report(args.dir, window=window))
         return 0
@@ -226,18 +242,31 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_clean(args: argparse.Namespace) -> int:
     require_root()
     done = []
+    remote_error: SatbedError | None = None
     if args.backend == "ansible":
         # First, while the killed runs' directories (a PEP's state) are intact.
         live = {r.prefix for r in records.scan() if isinstance(r, records.RunRecord) and r.owner_alive()}
-        done += ansible.clean(Settings.from_environ().inventory, live)
+        try:
+            done += ansible.clean(Settings.from_environ().inventory, live)
+        except SatbedError as e:
+            # A bad inventory must not keep this machine's leftovers: they are cleaned, then it is said.
+            remote_error = e
     done += clean()
     # Containers of runs killed before their record listed them.
     done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")
+    if remote_error is not None:
+        raise SatbedError(f"the machines were not cleaned: {remote_error}")
     return 0
 
 
+# A Docker image reference (registry/name:tag or @digest): never an option docker would parse.
+IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+
+
 def cmd_pep_check(args: argparse.Namespace) -> int:
+    if not IMAGE_REF.match(args.image) or len(args.image) > 255:
+        raise SatbedError(f"pep-check: {args.image!r} is not an image reference (e.g. satbed/pep-pepd:latest)")
     report = pepcheck.check(args.image)
     print("\n".join(report.lines()))
     return 0 if report.passed else 1
@@ -341,22 +370,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The one guard: a SatbedError is one line and exit 2, Ctrl-C exit 130,
+    anything else one line saying it is a bug, exit 70, its traceback saved
+    (satbed/core/crash.py)."""
     signal.signal(signal.SIGTERM, _terminate)
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if getattr(args, "inventory", None):
-            if args.backend != "ansible":
-                raise SatbedError("--inventory goes with --backend ansible")
-            # Read by the backend in this process and in every matrix cell.
-            os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
-        if getattr(args, "needs_root", True):
-            require_root()
-        return args.fn(args)
-    except SatbedError as e:
-        return error_line(e)
+        return crash.guarded(lambda: _main(argv))
     except KeyboardInterrupt:
         # Everything is removed by now: a further Ctrl-C has nothing left to stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("satbed: interrupted; testbed removed", file=sys.stderr)
         return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "inventory", None):
+        if args.backend != "ansible":
+            raise SatbedError("--inventory goes with --backend ansible")
+        # Read by the backend in this process and in every matrix cell.
+        os.environ[INVENTORY_ENV] = os.path.abspath(args.inventory)
+    if getattr(args, "needs_root", True):
+        require_root()
+    return args.fn(args)

@@ -6,10 +6,12 @@ runner's teardown removes the testbed."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 from analysis import report
+from satbed.core import crash
 from satbed.execution import cellrun
 from satbed.execution.session import describe
 from satbed.model.config import RunConfig
@@ -41,9 +43,11 @@ def main(argv: list[str]) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
-    if argv[0] == "cell":
-        return cellrun.run_cell(argv[1], analyze)
-    return cellrun.run_batch(argv[1], analyze)
+    run = cellrun.run_cell if argv[0] == "cell" else cellrun.run_batch
+    # The guard: one line (exit 2, or 70 for a bug with its traceback saved in
+    # the cell's directory, where the parent looks), never a traceback.
+    return crash.guarded(lambda: run(argv[1], analyze),
+                         lambda: argv[1] if os.path.isdir(argv[1]) else None)
 
 
 if __name__ == "__main__":

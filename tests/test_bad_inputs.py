@@ -210,6 +210,34 @@ CASES: list[tuple[str, ...]] = [
 ]
 
 
+# What the error about a file must name beyond the file: the key at fault.
+FILE_NAMED = {
+    "unknownkey.yaml": "flavour", "axes-map.yaml": "axes", "axes-empty.yaml": "axes.client",
+    "axes-scalar.yaml": "axes.client", "client.yaml": "bogus", "pep.yaml": "bogus", "reps0.yaml": "repetitions",
+    "reps-neg.yaml": "repetitions", "reps-str.yaml": "repetitions", "timeout-neg.yaml": "timeout",
+    "rtt-neg.yaml": "fixed.rtt", "rtt-inf.yaml": "fixed.rtt", "ber-big.yaml": "fixed.ber", "ber-str.yaml": "lots",
+    "size-neg.yaml": "-1M", "size-huge.yaml": "1P", "queue0.yaml": "fixed.queue", "rate-str.yaml": "fast",
+    "link-type.yaml": "rate_bps", "link-key.yaml": "colour", "link-list.yaml": "fixed.link",
+    "dir-bad.yaml": "sideways", "topo-bad.yaml": "nowhere", "seed-str.yaml": "fixed.seed",
+    "tl0.yaml": "time_limit", "param-unknown.yaml": "colour", "nonutf8.yaml": "UTF-8", "badyaml.yaml": "line",
+}
+# Arguments that are context, not the offence: an error need not repeat them.
+CONTEXT = {"run", "matrix", "report", "check-link", "--client", "ping", "--no-analysis", "--out", "{out}/m"}
+
+
+def assert_names_the_offender(case: tuple[str, ...], line: str, args: list[str]) -> None:
+    """The error names what is wrong: a value or option typed (or, for a file,
+    the file and the key at fault), not only that something is."""
+    for name, key in FILE_NAMED.items():
+        if any(a.endswith("/" + name) for a in case):
+            assert key in line, f"{key!r} not named in {line!r}"
+            return
+    typed = [a for c, a in zip(case, args) if c not in CONTEXT and a]
+    if typed and not any(t in line or t.lstrip("-") in line for t in typed):
+        # An empty value is shown quoted, a path as the user gave it.
+        assert "''" in line or '""' in line, f"none of {typed} named in {line!r}"
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
@@ -245,6 +273,8 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path):
     assert p.returncode == 2, f"exit {p.returncode}: {err[-2000:]}"
     assert len(lines) == 1, err[-2000:]
     assert "Traceback" not in err and lines[0].startswith("satbed"), err
+    if case[:1] not in (("bogus-command",), ()):
+        assert_names_the_offender(case, lines[0], args)
     # Nothing left: no testbed record of this command, no run or cell directory.
     for rec in glob.glob("/run/satbed/*.json"):
         try:

@@ -112,11 +112,20 @@ def _machine(path: str, host: str, hv: dict) -> Machine:
     if not isinstance(nics, dict):
         raise SatbedError(f"bad inventory {path}: {host}: satbed_ports must map ports to NICs")
     port = hv.get("ansible_port") or hv.get("ansible_ssh_port")
+    if port is not None and port != "":
+        text = str(port).strip()
+        if not (text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+            raise SatbedError(f"bad inventory {path}: {host}: ansible_port {port!r} is not a TCP port (1-65535)")
+        port = int(text)
+    args: list[str] = []
+    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        try:
+            args += shlex.split(str(hv.get(key, "")))
+        except ValueError as e:     # an unclosed quote
+            raise SatbedError(f"bad inventory {path}: {host}: {key}: {e}") from None
     return Machine(host, str(hv.get("satbed_node", host)), str(hv.get("ansible_host", host)),
                    str(hv.get("ansible_user") or hv.get("ansible_ssh_user") or "root"),
-                   int(port) if port else None, str(hv.get("ansible_ssh_private_key_file", "")),
-                   tuple(shlex.split(str(hv.get("ansible_ssh_common_args", "")))
-                         + shlex.split(str(hv.get("ansible_ssh_extra_args", "")))),
+                   port or None, str(hv.get("ansible_ssh_private_key_file", "")), tuple(args),
                    {str(k): str(v) for k, v in nics.items()})
 
 

@@ -9,6 +9,8 @@ from satbed.core.errors import SatbedError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.I)
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bit|bps|b)?(/s)?\s*$", re.I)
+# A rate in bytes (8MB/s, 8MBps, 8MB): a capital B is bytes wherever it is written.
+_BYTE_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(B|Bps|B/s|byte/s|bytes/s)\s*$", re.I)
 _MULT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SI = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 MAX_RATE_BPS = 100 * 10**9          # far beyond what either emulator backend shapes
@@ -17,6 +19,9 @@ MAX_DELAY_MS = 3_600_000            # one hour each way: satemu's own bound
 
 def parse_size(text: str | int) -> int:
     """Bytes from '100M', '64K', '1G', '1500' (binary multiples, as file sizes go)."""
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        # YAML's true is an int to Python: `size: true` would be one byte.
+        raise SatbedError(f"bad size {text!r}: use a number with an optional K, M or G suffix")
     if isinstance(text, int):
         value = text
     else:
@@ -30,13 +35,22 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_rate(text: str | int | float) -> int:
-    """Bits per second from '8mbit', '8M', '100Mbit', '1G', '8000000' (SI multiples, as tc does)."""
+    """Bits per second from '8mbit', '8M', '100Mbit', '8Mbps', '1G', '8000000'
+    (SI multiples, as tc does). A lowercase b is bits. A rate in bytes (a capital
+    B: 8MB/s, 8MBps) is refused with the same rate in bits to write instead,
+    since tc reads 'mbps' as bytes and most people as bits: one spelling for
+    each, never a guess."""
     if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
         raise SatbedError(f"bad rate {text!r}: use e.g. 8mbit, 100M or 8000000")
     if isinstance(text, (int, float)):
         value = int(text)
     else:
         m = _RATE.match(str(text))
+        b = _BYTE_RATE.match(str(text))
+        if b and "B" in b.group(3):
+            bits = float(b.group(1)) * 8 * _SI[b.group(2).upper()]
+            raise SatbedError(f"rate {text!r} is in bytes per second: write it in bits, "
+                              f"{_bits_text(bits)} (satbed's rates are bits per second)")
         if not m:
             raise SatbedError(f"bad rate {text!r}: use e.g. 8mbit, 100M or 8000000")
         value = int(float(m.group(1)) * _SI[m.group(2).upper()])
@@ -45,6 +59,13 @@ def parse_rate(text: str | int | float) -> int:
     if value > MAX_RATE_BPS:
         raise SatbedError(f"rate {text!r} is above {MAX_RATE_BPS // 10**9} Gbit/s")
     return value
+
+
+def _bits_text(bps: float) -> str:
+    for unit, div in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bps >= div:
+            return f"{bps / div:g}{unit}"
+    return f"{bps:g}bit"
 
 
 def parse_delay_ms(text: str | int | float, what: str = "delay") -> float:

@@ -1,7 +1,10 @@
 """Reading the YAML files users write (experiments, topologies, scenarios):
-one loader, so every file gets the same one-line errors and the same bounds
-(a file's size and alias expansions: a 'billion laughs' file otherwise takes
-all memory)."""
+one loader, so every file gets the same one-line errors and the same bounds:
+regular files only (a FIFO would block forever), a file's size, alias
+expansions (a 'billion laughs' file otherwise takes all memory), nesting
+depth and no alias inside itself (either would end in a RecursionError in
+whatever walks the document), and no key given twice in one mapping (YAML
+would keep the last one silently)."""
 
 from __future__ import annotations
 
@@ -10,35 +13,61 @@ import copy
 import yaml
 
 from satbed.core.errors import SatbedError
+from satbed.core.files import read_regular
 
 MAX_BYTES = 1 << 20
 MAX_ALIASES = 200
+MAX_DEPTH = 32              # the deepest real file (an inline topology's router port) is 6
 
 
 class _BoundedLoader(yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self.aliases = 0
+        self.depth = 0
+        self.open_anchors: set[str] = set()
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
             self.aliases += 1
             if self.aliases > MAX_ALIASES:
                 raise SatbedError(f"more than {MAX_ALIASES} aliases (*name): refused")
-        return super().compose_node(parent, index)
+            if event.anchor in self.open_anchors:
+                raise SatbedError(f"line {event.start_mark.line + 1}: alias *{event.anchor} inside &{event.anchor} "
+                                  f"itself (a document that contains itself): refused")
+            return super().compose_node(parent, index)
+        event = self.peek_event()
+        anchor = getattr(event, "anchor", None)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise SatbedError(f"line {event.start_mark.line + 1}: nested deeper than {MAX_DEPTH} levels: refused")
+        if anchor:
+            self.open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+            self.open_anchors.discard(anchor)
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], int] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            # The resolved tag tells 1 from "1", as the constructed mapping would.
+            ident = (key.tag, key.value)
+            if ident in seen:
+                raise SatbedError(f"line {key.start_mark.line + 1}: key {key.value!r} given twice in one mapping "
+                                  f"(first on line {seen[ident]}): refused")
+            seen[ident] = key.start_mark.line + 1
+        return node
 
 
 def load(path: str, what: str = "file"):
     """The document in a YAML file, or one SatbedError line beginning with its path."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except IsADirectoryError:
-        raise SatbedError(f"{path}: a directory, not a {what}") from None
-    except OSError as e:
-        raise SatbedError(f"{path}: cannot read the {what}: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise SatbedError(f"{path}: a {what} larger than {MAX_BYTES >> 20} MiB")
+    raw = read_regular(path, what, MAX_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -48,9 +48,14 @@ def estimate_seconds(cfg: RunConfig) -> float:
     if cfg.client == "ping":
         return SETUP_S + 3 + 10 * cfg.link.rtt_ms / 1000
     goodput = expected_goodput(cfg)
-    transfer = cfg.size_bytes * 8 / goodput
+    # A BER that damages (nearly) every frame moves nothing: such a transfer
+    # runs until its time limit or the clients' stall limit stops it.
+    transfer = cfg.size_bytes * 8 / goodput if goodput > 0 else math.inf
     if cfg.time_limit_s:
         transfer = min(transfer, cfg.time_limit_s)
+    if not math.isfinite(transfer):
+        transfer = client_limit({"rtt": cfg.link.rtt_ms, "size": cfg.size_bytes, "time_limit": cfg.time_limit_s},
+                                cfg.link.rate_bps)
     analysis = ANALYSIS_S_PER_MB * min(cfg.size_bytes, transfer * goodput / 8) / 1e6
     return SETUP_S + cfg.main_delay_s + 5 * cfg.link.rtt_ms / 1000 + transfer + analysis
 
@@ -138,8 +143,17 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
         if not os.path.isfile(p):
             raise SatbedError(f"no results database {p}")
         with Store(p) as s:
-            rows += [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
+            found = [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
                      and r.status in ("ok", "limited", "failed", "timeout")]
+        for r in found:
+            # Store checked each value's type; a measured cell needs these too.
+            if any(k not in r.params for k in ("client", "pep", "ber", "rtt", "size")) or \
+                    not isinstance(r.metrics.get("seconds", 0), (int, float)) or \
+                    not isinstance(r.config.get("link", {}), dict):
+                raise SatbedError(f"{p}: cell {r.hash!r}: damaged (a measured cell without its parameters)")
+        rows += found
+    if jobs is not None and jobs < 1:
+        raise SatbedError(f"--jobs must be at least 1, got {jobs}")
     admit = Admission.for_host(jobs)
     points: dict[tuple, dict[float, list[float]]] = {}
     overheads: list[tuple[float, float]] = []

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from satbed.core.errors import SatbedError
 from satbed.model import peps, topology, workload
 from satbed.model.link import LinkConfig
+from satbed.model.topology_spec import TopologySpec
 
 DIRECTIONS = ("download", "upload")
 CAPTURES = ("headers", "full", "none")
@@ -57,10 +58,8 @@ class RunConfig:
     def validate(self, clients: Collection[str]) -> None:
         """clients: the client names this installation has (the adapters found
         by backends.clients), handed in so the model needs no backend."""
-        if self.topology_overrides:
-            topology.load(self.topology, self.topology_overrides)
-        else:
-            topology.find(self.topology)
+        spec = topology.load(self.topology, self.topology_overrides)
+        self.check_references(spec)
         if self.client not in clients:
             raise SatbedError(f"unknown client {self.client!r} (known: {', '.join(sorted(clients))})")
         peps.check(self.pep)
@@ -77,6 +76,39 @@ class RunConfig:
         if self.time_limit_s is not None and not 0 < self.time_limit_s < float("inf"):
             raise SatbedError(f"time limit must be a positive number of seconds, got {self.time_limit_s!r}")
         self.link.validate()
+
+    def check_references(self, spec: TopologySpec) -> None:
+        """Every node the configuration names is one of the topology's, of the
+        right kind: otherwise the run would fail (or quietly use a default)
+        only once its testbed is up."""
+        def known(kind: str, names: list[str]) -> str:
+            return f"(the topology {os.path.basename(spec.source)}'s {kind}: {', '.join(sorted(names)) or 'none'})"
+
+        emulators = [t.name for t in spec.of_kind("emulator")]
+        for node in self.links:
+            if node not in emulators:
+                raise SatbedError(f"links.{node}: no emulator node {node!r} {known('emulators', emulators)}")
+        pep_nodes = [t.name for t in spec.of_kind("pep")]
+        for node in self.peps:
+            if node not in pep_nodes:
+                raise SatbedError(f"peps.{node}: no PEP node {node!r} {known('PEP nodes', pep_nodes)}")
+        hosts = list(spec.hosts)
+        for host in self.profiles:
+            if host not in hosts:
+                raise SatbedError(f"profiles.{host}: no host {host!r} {known('hosts', hosts)}")
+        for i, host in enumerate(self.endpoints):
+            if host not in hosts:
+                raise SatbedError(f"workload.main.between.{i}: no host {host!r} {known('hosts', hosts)}")
+        if len(self.endpoints) == 2:
+            if self.endpoints[0] == self.endpoints[1]:
+                raise SatbedError(f"workload.main.between: the same host twice ({self.endpoints[0]})")
+            if not spec.path(*self.endpoints):
+                raise SatbedError(f"workload.main.between: no path from {self.endpoints[0]} to {self.endpoints[1]}")
+        for i, group in enumerate((self.traffic or {}).get("groups") or []):
+            for key in ("server", "client"):
+                host = group.get(key) if isinstance(group, dict) else None
+                if host is not None and host not in hosts:
+                    raise SatbedError(f"workload.traffic.groups.{i}.{key}: no host {host!r} {known('hosts', hosts)}")
 
     def to_dict(self) -> dict:
         doc = dataclasses.asdict(self)

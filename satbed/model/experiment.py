@@ -145,6 +145,12 @@ def _build(doc, path: str, backend: str, clients: Collection[str], only: tuple[s
         raise SatbedError(f"unknown testbed backend {backend!r} (known: {', '.join(BACKENDS)})")
     name = str(doc.get("name") or os.path.splitext(os.path.basename(path))[0])
     reps = doc.get("repetitions", 1)
+    # JSON Schema's integer takes 2.0; range() does not.
+    if isinstance(reps, float):
+        raise SatbedError(f"repetitions: a whole number, got {reps!r}")
+    timeout = doc.get("timeout")
+    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        raise SatbedError(f"timeout: a positive, finite number of seconds, got {timeout!r}")
     fixed = doc.get("fixed") or {}
     axes = doc.get("axes") or {}
     base = P.resolve([("fixed", fixed)], clients)
@@ -178,7 +184,7 @@ def _build(doc, path: str, backend: str, clients: Collection[str], only: tuple[s
     # (the hash dedupes them below).
     combos = [without_options_for_no_pep(c) for c in combos]
     exp = Experiment(name, path, str(doc.get("description") or ""),
-                     reference=_reference(doc.get("reference"), combos, clients), timeout=doc.get("timeout"))
+                     reference=_reference(doc.get("reference"), combos, clients), timeout=timeout)
     seen: set[str] = set()
     for params in combos:
         for rep in range(reps):
@@ -256,8 +262,7 @@ def run_config(params: dict, repetition: int, clients: Collection[str]) -> RunCo
     if params.get("scenario"):
         doc = scenario.read(params["scenario"])
         scen_paths, topo_paths = scenario.split_overrides(paths)
-        for k, v in scen_paths.items():
-            doc = yamlfile.set_path(doc, k, v)
+        doc = scenario.with_paths(doc, scen_paths, link)
         extra = scenario.extras(doc, params["scenario"], seed)
         if topo_paths:
             extra["topology_overrides"] = topo_paths

@@ -4,11 +4,13 @@ bit errors, bursts, outages, time profiles), validated whole before anything is 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 
 from satbed.core.errors import SatbedError
 from satbed.core.units import frame_error_rate, parse_ber, parse_delay_ms, parse_loss, parse_rate
+from satbed.model import linkprofile
 
 BACKENDS = ("auto", "userspace", "tc", "bridge")
 MTU_FRAME = 1514            # bytes HTB charges for a full 1500-byte packet (Ethernet header, no FCS)
@@ -58,8 +60,18 @@ class Direction:
         parse_loss(self.loss)
         if self.queue_packets < 1 or self.queue_bytes < 0:
             raise SatbedError(f"{where}: queue limit must be at least one packet")
-        if self.profile is not None and not os.access(self.profile, os.R_OK):
-            raise SatbedError(f"{where}: cannot read profile {self.profile}")
+        if self.gilbert_elliott is not None:
+            _check_block(self.gilbert_elliott, f"{where}.gilbert_elliott", GE_BOUNDS)
+        if self.outage is not None:
+            _check_block(self.outage, f"{where}.outage", OUTAGE_BOUNDS, required=("period_s",))
+            if self.outage.get("down_s", 0) > self.outage["period_s"]:
+                raise SatbedError(f"{where}.outage.down_s: {self.outage['down_s']!r} is longer than period_s "
+                                  f"{self.outage['period_s']!r}")
+        if self.profile is not None:
+            if not os.access(self.profile, os.R_OK):
+                raise SatbedError(f"{where}: cannot read profile {self.profile}")
+            # satemu reads it only once the testbed is up: its errors belong here.
+            linkprofile.check(self.profile)
 
     def per(self, frame_bytes: int = MTU_FRAME) -> float:
         """Frame error rate of this direction's BER for a frame size."""
@@ -72,6 +84,29 @@ class Direction:
 
     def needs_emulation(self) -> bool:
         return bool(self.delay_ms or self.ber or self.loss or self.gilbert_elliott or self.outage or self.profile)
+
+
+# What satemu accepts (emulator/config/config.go): key -> (low, high, high included).
+GE_BOUNDS = {"p": (0, 1, True), "r": (0, 1, True), "ber_good": (0, 1, False), "ber_bad": (0, 1, False),
+             "loss_good": (0, 1, True), "loss_bad": (0, 1, True)}
+OUTAGE_BOUNDS = {"period_s": (0, linkprofile.MAX_TIME_S, True), "down_s": (0, linkprofile.MAX_TIME_S, True),
+                 "offset_s": (0, linkprofile.MAX_TIME_S, True)}
+
+
+def _check_block(doc: dict, where: str, bounds: dict, required: tuple[str, ...] = ()) -> None:
+    bad = sorted(set(map(str, doc)) - set(bounds))
+    if bad:
+        raise SatbedError(f"{where}: unknown key {bad[0]!r} (known: {', '.join(bounds)})")
+    for k in required:
+        if k not in doc:
+            raise SatbedError(f"{where}: {k} missing")
+    for k, v in doc.items():
+        lo, hi, closed = bounds[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise SatbedError(f"{where}.{k}: a number, got {v!r}")
+        if not (lo <= v <= hi if closed else lo <= v < hi) or (k == "period_s" and v == 0):
+            raise SatbedError(f"{where}.{k}: {v!r} is outside {'(' if k == 'period_s' else '['}{lo:g}, "
+                              f"{hi:g}{']' if closed else ')'}")
 
 
 @dataclass
@@ -91,8 +126,9 @@ class LinkConfig:
         ber = parse_ber(ber)
         loss = parse_loss(loss)
         if backend == "bridge":
-            if rate or rtt_ms or ber or loss:
-                raise SatbedError("--emulator bridge is a plain bridge: it takes no --rate, --rtt, --ber or --loss")
+            if rate or rtt_ms or ber or loss or ceil or "queue_packets" in extra:
+                raise SatbedError("--emulator bridge is a plain bridge: it takes no --rate, --ceil, --queue, "
+                                  "--rtt, --ber or --loss")
             base = Direction(rate_bps=None, ceil_bps=None)
         elif rate is None:
             base = Direction(ceil_bps=parse_rate(ceil)) if ceil else Direction()

@@ -185,7 +185,8 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
             if k in ("rate", "ceil"):
                 v = parse_rate(v)
             elif k in ("burst", "cburst", "queue_bytes"):
-                v = parse_size(v)
+                # 0 is a value of its own: the burst tc computes, no byte limit.
+                v = 0 if v == 0 and not isinstance(v, bool) else parse_size(v)
             elif k == "delay":
                 v = parse_delay_ms(v, f"{w} delay")
             elif k == "ber":
@@ -222,6 +223,43 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
     except SatbedError as e:
         raise SatbedError(e if str(e).startswith(where) else f"{where}: {e}") from None
     return cfg
+
+
+def link_doc(link: LinkConfig) -> dict:
+    """A link as a `links:` entry says it: what `--set links.NODE.KEY=...`
+    starts from when the file gives NODE's link through `link:` (the emulators
+    links: does not name), so the change keeps the rest of that link."""
+    inverse = {field: key for key, field in DIRECTION_KEYS.items()}
+
+    def keys(d) -> dict:
+        return {inverse[f]: v for f, v in dataclasses.asdict(d).items() if v is not None and f in inverse}
+
+    a, b = keys(link.a_to_b), keys(link.b_to_a)
+    doc: dict = {**a, "emulator": link.backend}
+    over = {k: v for k, v in b.items() if a.get(k) != v}
+    if over:
+        doc["b_to_a"] = over
+    return doc
+
+
+def with_paths(doc: dict, paths: dict, link: LinkConfig) -> dict:
+    """The scenario document with --set (or matrix axis) paths applied. A path
+    into links.NODE where links: does not name NODE changes the link `link:`
+    gives NODE, not a link of defaults; an unknown NODE is refused by the
+    configuration's cross-references (RunConfig.check_references)."""
+    for k, v in paths.items():
+        parts = k.split(".")
+        if parts[0] == "links" and len(parts) >= 3:
+            links = doc.get("links") if isinstance(doc.get("links"), dict) else {}
+            if parts[1] not in links:
+                named = link_doc(link)
+                if parts[2] == "rtt":
+                    named.pop("delay", None)        # the file's rtt, as delay: gives way to the new rtt
+                elif parts[2] == "delay":
+                    named.pop("rtt", None)
+                doc = {**doc, "links": {**links, parts[1]: named}}
+        doc = yamlfile.set_path(doc, k, v)
+    return doc
 
 
 def extras(doc: dict, path: str, seed: int) -> dict:

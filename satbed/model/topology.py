@@ -193,7 +193,7 @@ def parse(doc: object, source: str = "<data>") -> TopologySpec:
             want = " and ".join(ROLE_PORTS[kind])
             raise bad(f"{kind} {name}: ports must be named {want} (their names say which is which)")
         side = body.get("side", "")
-        if side and (kind != "pep" or side not in SIDES):
+        if "side" in body and (kind != "pep" or side not in SIDES):   # side: 0 is no side, not a missing one
             raise bad(f"transparent node {name}: side is for PEPs and must be a or b")
         if "ip" in body and kind != "pep":
             raise bad(f"transparent node {name}: only a pep node may have an ip")
@@ -302,7 +302,7 @@ def _queue(q: object, rate: object, where: str, bad) -> Queue:
         raise bad(f"{where}: queue must be packets (20) or bytes (30000B)")
     if isinstance(q, int):
         packets = q
-    elif isinstance(q, str) and q.strip().isdigit():
+    elif isinstance(q, str) and q.strip().isascii() and q.strip().isdigit():   # '²' passes isdigit, not int
         packets = int(q)
     elif isinstance(q, str):
         try:

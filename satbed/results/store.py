@@ -9,7 +9,9 @@ directories), so there is one writer and no locking beyond SQLite's own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import sqlite3
 import time
@@ -49,6 +51,13 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 """
 
+# The store's format (SQLite's user_version): 0 for stores written before it
+# was set (the same shape), raised when the shape changes. A store of a newer
+# format, or of another shape, is refused in one line rather than misread.
+STORE_FORMAT = 1
+STATUSES = ("ok", "limited", "failed", "timeout", "interrupted")
+LATEST_EPOCH_S = 1e11       # year 5138: a timestamp beyond it is damage, and beyond what gmtime takes
+
 # Statuses that count as done: a resumed run skips them (unless retrying).
 DONE = ("ok", "limited", "failed", "timeout")
 # Statuses whose goodput is a measurement (limited: over the time limit).
@@ -80,16 +89,31 @@ class CellRow:
 class Store:
     def __init__(self, path: str):
         self.path = path
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise SatbedError(f"{path}: not a regular file, not a satbed results database")
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
             self.db = sqlite3.connect(path, timeout=30)
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > STORE_FORMAT:
+                raise SatbedError(f"{path}: a results database of format {version}, newer than this satbed's "
+                                  f"({STORE_FORMAT}): use the satbed that wrote it")
             self.db.executescript(SCHEMA)
             # Databases written before runs had a reference gain the column.
             if "reference" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}:
                 self.db.execute("ALTER TABLE runs ADD COLUMN reference TEXT")
             self.db.commit()
             # A database of another shape (or a damaged one) fails here, not mid-matrix.
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
+            want = {f.name for f in dataclasses.fields(CellRow)}
+            if columns != want:
+                odd = sorted(columns ^ want)
+                raise SatbedError(f"{path}: not a satbed results database (its cells table "
+                                  f"{'lacks' if odd[0] in want else 'has an unknown column'} {odd[0]!r})")
             self.db.execute("SELECT hash, params, config, status, metrics FROM cells LIMIT 1").fetchall()
+            if version < STORE_FORMAT:
+                self.db.execute(f"PRAGMA user_version = {STORE_FORMAT}")
+                self.db.commit()
         except sqlite3.Error as e:
             raise SatbedError(f"{path} is not a readable satbed results database ({e})") from None
 
@@ -105,7 +129,7 @@ class Store:
     def get(self, cell_hash: str) -> CellRow | None:
         cur = self.db.execute("SELECT * FROM cells WHERE hash = ?", (cell_hash,))
         row = cur.fetchone()
-        return _row(cur, row) if row else None
+        return _row(cur, row, self.path) if row else None
 
     def put(self, row: CellRow) -> None:
         old = self.get(row.hash)
@@ -125,7 +149,7 @@ class Store:
         if status:
             q, args = q + " WHERE status = ?", (status,)
         cur = self.db.execute(q + " ORDER BY experiment, hash", args)
-        return [_row(cur, r) for r in cur.fetchall()]
+        return [_row(cur, r, self.path) for r in cur.fetchall()]
 
     def begin_run(self, experiment: str, file: str, jobs: int, cells: int, skipped: int, host: dict,
                   reference: dict | None = None) -> int:
@@ -147,8 +171,13 @@ class Store:
         out = []
         for r in cur.fetchall():
             doc = dict(zip(names, r))
-            doc["host"] = json.loads(doc["host"]) if doc.get("host") else {}
-            doc["reference"] = json.loads(doc["reference"]) if doc.get("reference") else None
+            where = f"{self.path}: run {doc.get('id')}"
+            doc["host"] = _load(doc.get("host"), where, "host") or {}
+            doc["reference"] = _load(doc.get("reference"), where, "reference") or None
+            if not isinstance(doc["host"], dict) or not isinstance(doc["reference"], (dict, type(None))):
+                raise SatbedError(f"{where}: damaged (host or reference is not a mapping)")
+            for k in ("started", "finished"):
+                _timestamp(doc.get(k), where, k)
             out.append(doc)
         return out
 
@@ -157,8 +186,42 @@ def _dump(doc) -> str:
     return json.dumps(doc, sort_keys=True, default=str)
 
 
-def _row(cur: sqlite3.Cursor, r: tuple) -> CellRow:
+def _load(text, where: str, column: str):
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        raise SatbedError(f"{where}: damaged ({column} is not JSON)") from None
+
+
+def _timestamp(v, where: str, column: str) -> None:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= LATEST_EPOCH_S):
+        raise SatbedError(f"{where}: damaged ({column} {v!r} is not a time)")
+
+
+def _row(cur: sqlite3.Cursor, r: tuple, path: str = "results.sqlite") -> CellRow:
+    """A cell's row, checked: anything else (a damaged or foreign store) is one line naming the store and the cell."""
     doc = dict(zip([d[0] for d in cur.description], r))
+    where = f"{path}: cell {str(doc.get('hash'))[:40]!r}"
     for k in ("params", "config", "metrics"):
-        doc[k] = json.loads(doc[k]) if doc.get(k) else {}
+        doc[k] = _load(doc.get(k), where, k) or {}
+        if not isinstance(doc[k], dict):
+            raise SatbedError(f"{where}: damaged ({k} is not a mapping)")
+    if doc.get("status") not in STATUSES:
+        raise SatbedError(f"{where}: damaged (status {doc.get('status')!r})")
+    for k in ("started", "finished"):
+        _timestamp(doc.get(k), where, k)
+    for k in ("seconds", "estimate", "goodput_bps"):
+        v = doc.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise SatbedError(f"{where}: damaged ({k} {v!r})")
+    params = doc["params"]
+    if params and not (isinstance(params.get("client", ""), str) and isinstance(params.get("pep", ""), str)):
+        raise SatbedError(f"{where}: damaged (params)")
+    for k in ("size", "rtt", "ber"):
+        v = params.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or v < 0 or (k == "size" and v <= 0)):
+            raise SatbedError(f"{where}: damaged (params.{k} {v!r})")
     return CellRow(**doc)

@@ -10,6 +10,7 @@ import importlib.util
 import inspect
 import os
 import pkgutil
+import stat
 
 from satbed.backends.clients.base import Client, ClientContext
 from satbed.core.errors import SatbedError
@@ -39,6 +40,12 @@ def discover() -> dict[str, type[Client]]:
             if not fname.endswith(".py"):
                 continue
             path = os.path.join(os.path.abspath(directory), fname)
+            try:
+                regular = stat.S_ISREG(os.stat(path).st_mode)
+            except OSError as e:
+                raise SatbedError(f"client adapter {path}: {e.strerror}") from None
+            if not regular:     # a FIFO named like an adapter would block the import forever
+                raise SatbedError(f"client adapter {path}: not a regular file")
             spec = importlib.util.spec_from_file_location(f"satbed_client_{fname[:-3]}", path)
             module = importlib.util.module_from_spec(spec)
             try:
@@ -60,7 +67,13 @@ def get(name: str) -> Client:
         cls = REGISTRY[name]
     except KeyError:
         raise SatbedError(f"unknown client {name!r} (known: {', '.join(sorted(REGISTRY))})") from None
-    return cls()
+    try:
+        return cls()
+    except SatbedError:
+        raise
+    except Exception as e:  # a lab's adapter whose constructor fails: its fault, said in one line
+        raise SatbedError(f"client adapter {name!r} ({cls.__module__}) failed to start: "
+                          f"{type(e).__name__}: {e}") from None
 
 
 __all__ = ["Client", "ClientContext", "REGISTRY", "discover", "get"]
