@@ -37,6 +37,7 @@ from satbed.report import globalhawk, page, summary
 from satbed.results import rundir
 from satbed.results.store import MEASURED, UNAVAILABLE
 
+
 def _terminate(signum, frame):
     # SIGTERM unwinds like Ctrl-C, so every finally: teardown runs.
     raise SystemExit(128 + signum)

@@ -235,12 +235,19 @@ def load_cells(dirs: list[str]) -> tuple[Cells, list[dict]]:
     return Cells(rows), runs
 
 
-def _commit(d: str) -> str:
-    for path in sorted(glob.glob(os.path.join(d, "cells", "*", "environment.json")))[:1]:
-        with open(path, encoding="utf-8") as f:
-            git = json.load(f).get("git") or {}
-        return git.get("commit", "unknown")[:12] + (" (with uncommitted changes)" if git.get("dirty") else "")
-    return "unknown"
+def _commits(d: str) -> str:
+    """The revisions the cells ran on, from each cell's environment.json (a
+    resumed or long run may span several)."""
+    seen: dict[str, int] = {}
+    for path in glob.glob(os.path.join(d, "cells", "*", "**", "environment.json"), recursive=True):
+        try:
+            with open(path, encoding="utf-8") as f:
+                git = json.load(f).get("git") or {}
+        except (OSError, ValueError):
+            continue
+        label = git.get("commit", "unknown")[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
+        seen[label] = seen.get(label, 0) + 1
+    return ", ".join(f"`{c}` ({n} cells)" for c, n in sorted(seen.items(), key=lambda x: -x[1])) or "unknown"
 
 
 def _conditions(cells: Cells) -> str:
@@ -261,7 +268,7 @@ def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
         started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["started"])) if r.get("started") else "-"
         wall = f"{(r['finished'] - r['started']) / 60:.1f} min" if r.get("finished") and r.get("started") else "-"
         lines.append(f"| `{os.path.basename(os.path.normpath(r['dir']))}` | `{os.path.relpath(r['file'])}` | "
-                     f"{started} | {wall} | {r.get('cells')} | `{_commit(r['dir'])}` |")
+                     f"{started} | {wall} | {r.get('cells')} | {_commits(r['dir'])} |")
     host = runs[-1].get("host") or {}
     lines.append("")
     lines.append(f"Machine: {host.get('cores', '?')} cores, kernel {host.get('kernel', '?')}; "

@@ -1,0 +1,87 @@
+"""The Global Hawk study page (satbed/report/globalhawk.py) from a stored
+matrix run: tests/data/globalhawk-page/results.sqlite holds cells of a real
+`satbed matrix experiments/globalhawk-claims.yaml` run, their analysis cut
+down to the figures the page reads."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import json
+
+import pytest
+
+from satbed.core.errors import SatbedError
+from satbed.report import globalhawk
+
+from satbed_testlib import REPO, satbed
+
+FIXTURE = os.path.join(REPO, "tests", "data", "globalhawk-page")
+HEAD = "# The page\n\nProse above the marker, kept as written.\n\n"
+
+
+def page_in(tmp_path, text: str = HEAD + globalhawk.MARKER + "\nstale numbers\n") -> str:
+    p = tmp_path / "global-hawk.md"
+    p.write_text(text)
+    return str(p)
+
+
+def stored_goodput(variant: str, client: str, pep: str, rtt: float, ber: float) -> float:
+    db = sqlite3.connect(os.path.join(FIXTURE, "results.sqlite"))
+    values = [g for params, g in db.execute("SELECT params, goodput_bps FROM cells WHERE status IN ('ok', 'limited')")
+              if (p := json.loads(params))["client"] == client and p["pep"] == pep and p.get("variant") == variant
+              and p["rtt"] == rtt and p["ber"] == ber]
+    assert len(values) == 1, values
+    return values[0]
+
+
+def test_the_page_is_rewritten_below_its_marker_from_the_stored_numbers(tmp_path):
+    page = page_in(tmp_path)
+    cp = satbed("study-page", FIXTURE, "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    text = open(page).read()
+    head, generated = text.split(globalhawk.MARKER)
+    assert head == HEAD and "stale numbers" not in generated
+    # NcFTP at 600 ms and 1e-5 under the study's error model, as stored.
+    want = stored_goodput("study-errors", "ftp", "none", 600.0, 1e-5)
+    row = next(line for line in generated.splitlines() if line.startswith("| 5 | Figure 2 |"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[6] == f"{want / 1e3:.0f} kbit/s (agrees)", row
+    # Every claim has a row, and each condition a value or an honest "no cell".
+    rows = [line for line in generated.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) == len(globalhawk.CLAIMS)
+    for chart in ("chart1", "chart2", "chart3"):
+        assert os.path.getsize(tmp_path / "global-hawk" / f"{chart}.png") > 10_000
+        assert f"](global-hawk/{chart}.png)" in generated
+    assert "`globalhawk-claims`" in generated and "steal" in generated
+
+
+def test_a_verdict_follows_the_numbers(tmp_path):
+    """The verdict is computed, not written: a claim whose test is inverted flips."""
+    cells, _ = globalhawk.load_cells([FIXTURE])
+    claim = next(c for c in globalhawk.CLAIMS if c.where == "Figure 2" and "730" in c.says)
+    per_packet = claim.value(cells, "study-errors")
+    per_bit = claim.value(cells, "study")
+    assert per_packet is not None and per_bit is not None
+    assert claim.holds(per_packet) and not claim.holds(per_bit)
+    assert per_packet > 5 * per_bit
+
+
+def test_study_errors_without_errors_reads_the_study_cell():
+    cells, _ = globalhawk.load_cells([FIXTURE])
+    assert cells.goodput("study-errors", "ftp", "none", 600.0, 0.0) == cells.goodput("study", "ftp", "none", 600.0, 0.0)
+
+
+def test_a_page_without_its_marker_or_a_directory_without_results_is_one_line(tmp_path):
+    with pytest.raises(SatbedError, match="no line"):
+        globalhawk.write_page([FIXTURE], page_in(tmp_path, "# no marker\n"), "test")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SatbedError, match="no results.sqlite"):
+        globalhawk.write_page([str(empty)], page_in(tmp_path), "test")
+    copy = tmp_path / "copy"
+    shutil.copytree(FIXTURE, copy)
+    cp = satbed("study-page", str(copy), "--page", str(tmp_path / "missing.md"), timeout=60)
+    assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
