@@ -55,7 +55,7 @@ def test_the_page_is_rewritten_below_its_marker_from_the_stored_numbers(tmp_path
     for chart in ("chart1", "chart2", "chart3"):
         assert os.path.getsize(tmp_path / "global-hawk" / f"{chart}.png") > 10_000
         assert f"](global-hawk/{chart}.png)" in generated
-    assert "`globalhawk-claims`" in generated and "steal" in generated
+    assert "`experiments/globalhawk-claims.yaml`" in generated and "steal" in generated
 
 
 def test_a_verdict_follows_the_numbers(tmp_path):

@@ -19,8 +19,11 @@ A variant is a named set of parameters (or scenario paths) applied on top of
 `fixed:`, for studies whose configurations are not a cross product.
 `clients:` limits a variant to those clients: several entries may share a
 name for disjoint clients (the Global Hawk study's hosts are NcFTP's for
-FTP, the 2.6.18 host for the rest). A variant may not set an axis. Each cell
-records its variant's name in the `variant` parameter.
+FTP, the 2.6.18 host for the rest). A variant sets no axis unless it says
+so: `replaces: [pep, pep_options]` gives its cells the variant's PEP whatever
+the pep axis says (the axis collapses to one cell for it; a study's own PEP is
+a condition of its own). Each cell records its variant's name in the
+`variant` parameter.
 
 Parameters (in `fixed` as one value, in `axes` as a list) are those of
 satbed/model/params.py: client, pep, pep_options, rtt (ms), ber, size,
@@ -184,7 +187,8 @@ def _build(doc, path: str, backend: str, clients: Collection[str], only: tuple[s
     # (the hash dedupes them below).
     combos = [without_options_for_no_pep(c) for c in combos]
     exp = Experiment(name, path, str(doc.get("description") or ""),
-                     reference=_reference(doc.get("reference"), combos, clients), timeout=timeout)
+                     reference=_reference(doc.get("reference"), combos, clients, filtered=bool(only)),
+                     timeout=timeout)
     seen: set[str] = set()
     for params in combos:
         for rep in range(reps):
@@ -200,7 +204,8 @@ def without_options_for_no_pep(params: dict) -> dict:
     return {**params, "pep_options": ""} if params.get("pep") == "none" and params.get("pep_options") else params
 
 
-def _reference(doc: dict | None, combos: list[dict], clients: Collection[str]) -> dict | None:
+def _reference(doc: dict | None, combos: list[dict], clients: Collection[str],
+               filtered: bool = False) -> dict | None:
     """The summary's reference row (parameter: value): it must name
     parameters the experiment has and match at least one cell."""
     if not doc:
@@ -211,6 +216,8 @@ def _reference(doc: dict | None, combos: list[dict], clients: Collection[str]) -
             raise SatbedError(f"reference.{k}: not a parameter (known: {', '.join(sorted(P.PARAMS))})")
         ref[k] = P.normalise(f"reference.{k}", k, v, clients)
     if not any(all(c.get(k) == v for k, v in ref.items()) for c in combos):
+        if filtered:
+            return None     # --variant left out the reference row: no percentages to give
         raise SatbedError(f"reference: no cell has {', '.join(f'{k}={v}' for k, v in ref.items())}")
     return ref
 
@@ -221,9 +228,14 @@ def _variants(doc, axes: set[str], known_clients: Collection[str]) -> list[Varia
     for i, v in enumerate(doc or []):
         where = f"variants.{i}"
         settings = v.get("set") or {}
+        replaces = set(v.get("replaces") or ())
+        for k in sorted(replaces):
+            if k not in axes or k not in settings:
+                raise SatbedError(f"{where}.replaces.{k}: names no axis that this variant's set: gives")
         for k in settings:
-            if k in axes:
-                raise SatbedError(f"{where}.set.{k}: also an axis")
+            if k in axes and k not in replaces:
+                raise SatbedError(f"{where}.set.{k}: also an axis (list it under replaces: to give this "
+                                  f"variant's cells its own value)")
             if k == "variant":
                 raise SatbedError(f"{where}.set.variant: the variant's name is its name:")
         clients = v.get("clients")

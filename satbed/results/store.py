@@ -55,7 +55,6 @@ CREATE TABLE IF NOT EXISTS runs (
 # was set (the same shape), raised when the shape changes. A store of a newer
 # format, or of another shape, is refused in one line rather than misread.
 STORE_FORMAT = 1
-STATUSES = ("ok", "limited", "failed", "timeout", "interrupted")
 LATEST_EPOCH_S = 1e11       # year 5138: a timestamp beyond it is damage, and beyond what gmtime takes
 
 # Statuses that count as done: a resumed run skips them (unless retrying).
@@ -66,6 +65,7 @@ MEASURED = ("ok", "limited")
 # never started, not a failure, and neither DONE nor MEASURED, so the next
 # run, after the PEP is installed, runs it.
 UNAVAILABLE = "unavailable"
+STATUSES = ("ok", "limited", "failed", "timeout", "interrupted", UNAVAILABLE)
 
 
 @dataclass
