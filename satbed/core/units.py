@@ -68,25 +68,26 @@ def _bits_text(bps: float) -> str:
     return f"{bps:g}bit"
 
 
-def parse_delay_ms(text: str | int | float, what: str = "delay") -> float:
+def _number(text: str | int | float, bad: str) -> float:
+    """A YAML or command-line value as a float; `bad` is the error's line
+    (True is not 1 here, nor a string with digits of another script)."""
     try:
-        if isinstance(text, bool):
+        if isinstance(text, bool) or (isinstance(text, str) and not text.strip().isascii()):
             raise TypeError
-        value = float(text)
+        return float(text)
     except (TypeError, ValueError):
-        raise SatbedError(f"bad {what} {text!r}: give milliseconds") from None
+        raise SatbedError(bad) from None
+
+
+def parse_delay_ms(text: str | int | float, what: str = "delay") -> float:
+    value = _number(text, f"bad {what} {text!r}: give milliseconds")
     if not 0 <= value <= MAX_DELAY_MS:
         raise SatbedError(f"{what} must be within 0..{MAX_DELAY_MS} milliseconds, got {text!r}")
     return value
 
 
 def parse_ber(text: str | int | float) -> float:
-    try:
-        if isinstance(text, bool):
-            raise TypeError
-        value = float(text)
-    except (TypeError, ValueError):
-        raise SatbedError(f"bad BER {text!r}: give a number such as 1e-5") from None
+    value = _number(text, f"bad BER {text!r}: give a number such as 1e-5")
     if not 0 <= value < 1:
         raise SatbedError(f"BER must be in [0, 1), got {text!r}")
     return value
@@ -95,14 +96,9 @@ def parse_ber(text: str | int | float) -> float:
 def parse_loss(text: str | int | float) -> float:
     """A per-packet loss probability in [0, 1), as netem's `loss` means it:
     a fraction (1e-5), or a percentage with its sign (0.001%)."""
-    raw = text.strip() if isinstance(text, str) else text
-    percent = isinstance(raw, str) and raw.endswith("%")
-    try:
-        if isinstance(raw, bool):
-            raise TypeError
-        value = float(raw[:-1] if percent else raw)
-    except (TypeError, ValueError):
-        raise SatbedError(f"bad loss {text!r}: give a probability such as 1e-5, or a percentage such as 0.001%") from None
+    percent = isinstance(text, str) and text.strip().endswith("%")
+    value = _number(text.strip()[:-1] if percent else text,
+                    f"bad loss {text!r}: give a probability such as 1e-5, or a percentage such as 0.001%")
     if percent:
         value /= 100
     if not 0 <= value < 1:
