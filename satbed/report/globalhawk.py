@@ -160,7 +160,8 @@ CLAIMS = (
           "Per packet the link is clean at zero delay: end-to-end TCP fills it and the PEP only adds a hop "
           "(1.02x). Per bit, 11% of frames are lost even without delay: end-to-end CUBIC backs off at every "
           "loss while pepd's WAN leg (BBR and 8x buffers, satbed's settings for links with bit errors) "
-          "does not, so the PEP wins, as the paper's Chart 1 never shows."),
+          "does not, so the PEP wins, as the paper's Chart 1 never shows. That cause is not tested here: "
+          "pepd with cc=cubic on the same cells would test it."),
     Claim("Chart 2", "at 600 ms without errors the PEP shows no improvement (SCP, pepd over none)",
           _pep_gain("scp", 600.0, 0.0), "x", lambda x: x <= 1.1,
           "Linux autotunes the receive buffer to the bandwidth-delay product (600 KB here) and SACK keeps "
