@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from satbed.core.files import write_text
+from satbed.core.proc import REPO_ROOT
 from satbed.results.metrics import read_analysis
 
 from . import counters, traffic
@@ -443,12 +444,24 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
     doc = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
            f"<style>{CSS}</style></head><body>\n<h1>{_e(title)}</h1>\n"
            f"<p>Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} "
-           f"UTC from <code>{_e(run.resolve())}</code>.</p>\n"
+           f"UTC from <code>{_e(run.resolve())}</code>.</p>\n" + _docs_line()
            + "\n".join(s for s in sections if s) + "\n</body></html>\n")
     # A report writes its page and its images only: the stored metrics stay as measured.
     out = run / "report.html"
     write_text(out, doc)
     return out
+
+
+# The docs pages that explain this report, linked as files of the checkout
+# that wrote it (a report is a file on disk, read without the docs site).
+DOCS = (("docs/guide/analysis.md", "the metrics, graphs and this report"),
+        ("docs/guide/results.md", "the run directory's files"))
+
+
+def _docs_line() -> str:
+    links = [f'<a href="{_e((Path(REPO_ROOT) / rel).as_uri())}"><code>{_e(rel)}</code></a> ({_e(what)})'
+             for rel, what in DOCS]
+    return f"<p>What this report shows: {'; '.join(links)}.</p>\n"
 
 
 def _stale(analysis: dict[str, Any]) -> bool:

@@ -255,6 +255,11 @@ def test_report_draws_three_charts_from_a_partial_matrix(tmp_path):
         assert os.path.getsize(os.path.join(out, "charts", f"{name}.png")) > 5000
     assert page.count("data:image/png;base64,") == 4       # three charts and the gallery graph
     assert "no 600 ms" not in page and "nearest present value" in page   # chart 2 falls back to 300 ms
+    # The docs pages that explain it, as files of this checkout, with their paths in words.
+    from satbed.core.proc import REPO_ROOT
+    for rel in ("docs/guide/experiments.md", "docs/guide/results.md"):
+        assert os.path.isfile(os.path.join(REPO_ROOT, rel))
+        assert f"href='file://{os.path.join(REPO_ROOT, rel)}'><code>{rel}</code>" in page
     rows = open(os.path.join(out, "results.csv")).read().splitlines()
     assert len(rows) == 1 + 3 * 2 * 8 * 3
     assert "failed" in rows[7] or any(",failed," in r for r in rows)

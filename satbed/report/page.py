@@ -15,11 +15,13 @@ import json
 import os
 import time
 from collections import Counter
+from pathlib import Path
 
 from analysis.figures import data_uri
 
 from satbed.core.errors import SatbedError
 from satbed.core.files import write_text
+from satbed.core.proc import REPO_ROOT
 from satbed.results.store import MEASURED, CellRow, Store
 
 from . import studies
@@ -40,6 +42,17 @@ th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}
 .gallery img{width:100%;border:1px solid #ddd}.gallery figcaption{font-size:12px}
 pre{background:#f7f7f7;padding:1em;overflow:auto;font-size:12px}
 """
+
+
+# The docs pages that explain this report, linked as files of the checkout
+# that wrote it (a report is a file on disk, read without the docs site).
+DOCS = (("docs/guide/experiments.md", "The matrix report"), ("docs/guide/results.md", "A matrix directory"))
+
+
+def docs_line() -> str:
+    links = [f"<a href='{html.escape(Path(REPO_ROOT, rel).as_uri())}'><code>{html.escape(rel)}</code></a>"
+             f" ({html.escape(section)})" for rel, section in DOCS]
+    return f"<p class='caption'>What this report shows: {links[0]}; the directory's files and columns: {links[1]}.</p>"
 
 
 def environment(out: str, rows: list[CellRow], runs: list[dict]) -> dict:
@@ -93,7 +106,7 @@ def build(out: str) -> str:
              f"<p>{len(rows)} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())) +
              f". Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} from "
              f"<code>results.sqlite</code> and the cell directories. "
-             f"<a href='results.csv'>results.csv</a></p>"]
+             f"<a href='results.csv'>results.csv</a></p>", docs_line()]
     reasons = failure_reasons(rows)
     if reasons:
         # Beside the charts, not only in the cells table: a cross at 0 needs its why.

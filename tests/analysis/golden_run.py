@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from satbed.execution import runner
+from satbed.execution import session
 
 from satbed.model import config
 
@@ -29,7 +29,7 @@ def golden_config() -> dict:
                            topology_overrides={"hosts.clientA.ip": "10.99.99.1/24",
                                                "hosts.clientB.ip": "10.99.99.2/24"})
     spec = topology.load(cfg.topology, cfg.topology_overrides)
-    return runner.config_document(cfg, spec, runner.plan(cfg, spec))
+    return session.config_document(cfg, spec, session.plan(cfg, spec))
 
 
 def golden_result() -> dict:

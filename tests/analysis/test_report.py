@@ -38,6 +38,10 @@ def test_report_sections_and_images(run_dir: Path) -> None:
     assert "tcpdump version 4.99.3" in html and "c0ac865fdff0e74625fa5ea4200b3201624f0889" in html
     assert "416125a984faadb0c084ffb04d3497abef5c18696cb0070a4737b983594d5b91" in html
     assert "sender view" in html and "receiver view" in html
+    # The docs pages that explain it, as files of this checkout, with their paths in words.
+    for rel in ("docs/guide/analysis.md", "docs/guide/results.md"):
+        assert (REPO / rel).is_file()
+        assert f'href="{(REPO / rel).as_uri()}"><code>{rel}</code>' in html
     assert 'class="error">truncated capture wan_a.pcap' in html
     assert "not a pcap file" in html
     imgs = _images(html)
