@@ -211,7 +211,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_study_page(args: argparse.Namespace) -> int:
     """The Global Hawk study's page, its generated part rewritten from stored runs."""
     # Results outside the working tree are named by their directory's name: the page is published.
-    shown = [os.path.relpath(d) if not os.path.relpath(d).startswith("..") else os.path.basename(os.path.normpath(d))
+    shown = [os.path.basename(os.path.normpath(d)) if os.path.relpath(d).startswith("..") else os.path.relpath(d)
              for d in args.dirs]
     command = " ".join(["satbed study-page", *shown, "--page", args.page])
     print(globalhawk.write_page(args.dirs, args.page, command))

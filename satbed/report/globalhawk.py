@@ -274,7 +274,8 @@ def _conditions(cells: Cells) -> str:
 
 
 def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
-    lines = ["| results | experiment file | started (UTC) | wall time | cells not already done |", "|---|---|---|---|---|"]
+    lines = ["| results | experiment file | started (UTC) | wall time | cells not already done |",
+             "|---|---|---|---|---|"]
     dirs: list[str] = []
     for r in runs:
         ran = (r.get("cells") or 0) - (r.get("skipped") or 0)
