@@ -17,12 +17,13 @@ DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest 
         procps psmisc git ca-certificates mmdebstrap \
         ansible-core ansible-lint \
         bridge-utils net-tools \
-        mkdocs mkdocs-material
+        mkdocs mkdocs-material \
+        python3-pytest-xdist python3-pytest-timeout tshark
 
 GO_BINARIES := satemu pepd saratoga trafficgen
 BIN := $(CURDIR)/bin
 
-.PHONY: all deps go build images experiment test test-go test-py test-docs test-ansible bench clean lint
+.PHONY: all deps go build images experiment check check-go check-py services test test-go test-py test-docs test-ansible bench clean lint
 
 all: build
 
@@ -32,6 +33,7 @@ deps: .deps.stamp
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
+	  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 	@# Docker: the engine where none is installed (Docker CE, where present, is kept).
@@ -70,14 +72,36 @@ experiment: build
 	  [ $$rc -eq 130 ] && exit $$rc; \
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
-test: build test-go test-py test-docs
+# Two tiers (README "Tests"). check: no testbed, no Docker, no matrix; minutes.
+# test: everything once, testbeds shared per module, two xdist workers; the
+# `serial` tests (satbed clean, killed runs) share one worker (--dist loadgroup).
+PYTEST := $(PY) -m pytest -q -rfEs --durations=10
+check: build check-go check-py
+
+check-go:
+	go vet ./...
+	go test -short -count=1 ./...
+
+check-py:
+	$(PYTEST) -n 2 --timeout 120 -m "not testbed and not docker and not slow" tests
+
+test: build services test-go test-py test-docs
 
 test-go:
 	go vet ./...
 	go test -count=1 ./...
 
-test-py:
-	$(PY) -m pytest -q tests
+test-py: services
+	$(PYTEST) -n 2 --dist loadgroup --timeout 600 tests
+
+# What the tests need running: the Docker daemon (started where it is not).
+services: deps
+	@docker info >/dev/null 2>&1 || { \
+	  (command -v systemctl >/dev/null && systemctl start docker) >/dev/null 2>&1 || \
+	  (nohup dockerd >/var/log/satbed-dockerd.log 2>&1 &); \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; }
+	@docker info >/dev/null 2>&1 || { echo "the Docker daemon did not start (/var/log/satbed-dockerd.log)"; exit 1; }
+	@command -v tshark >/dev/null || { echo "tshark missing"; exit 1; }
 
 # The documentation site builds without a warning (broken links, pages missing
 # from the nav); the site goes to a scratch directory.

@@ -1,10 +1,104 @@
-"""Shared fixtures; helpers live in satbed_testlib."""
+"""Shared fixtures and the test tiers; helpers live in satbed_testlib.
+
+Tiers: each test is marked `testbed`, `docker`, `slow` or `serial` here, from what
+it already declares (its skip conditions, its fixtures), so `make check` can
+deselect what builds a testbed and `make test` can spread the rest over xdist
+workers. Under CI (SATBED_CI=1) a skip whose reason is not on SKIPS_ALLOWED fails
+the test: a skip there means something `make test` should have installed or
+started is missing."""
 
 from __future__ import annotations
+
+import os
+import re
 
 import pytest
 
 import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
+from satbed_testlib import ROOT_REASON
+
+# Fixtures that build a testbed (module-scoped ones shared by a file's tests).
+TESTBED_FIXTURES = {"rtt_runs", "testbed", "images", "fixture_image", "hostile_image", "bed"}
+DOCKER_FIXTURES = {"images", "fixture_image", "hostile_image", "bed"}
+DOCKER_MODULES = {"test_docker.py", "test_confinement.py", "test_ansible.py"}
+
+# Tests that run `satbed clean` (which takes every dead owner's testbed, not only
+# their own) or kill runs and look for what is left machine-wide: one xdist worker
+# runs them one after another, so one's clean never takes another's killed run
+# before that test has looked at it.
+SERIAL = (
+    "test_kills.py::",
+    "test_testbed.py::test_sigkilled_run_is_cleaned",
+    "test_testbed.py::test_sigterm_tears_down",
+    "test_testbed.py::test_clean_removes_stale_sockets_and_half_written_records_only",
+    "test_docker.py::test_clean_removes_the_containers_of_a_killed_run",
+    "test_confinement.py::test_clean_leaves_alone_what_a_record_cannot_prove_is_its_runs",
+    "test_confinement.py::test_control_directories_go_with_their_record",
+    "test_matrix.py::test_a_resumed_matrix_adopts_cells_a_killed_matrix_left_running",
+    "test_matrix.py::test_interrupted_run_stops_cleanly_and_resumes",
+    "test_matrix.py::test_an_interrupted_batch_resumes_at_its_first_undone_cell",
+    "test_ansible.py::",
+)
+
+# Testbed tests over about a minute each on 2 cores (pytest --durations).
+SLOW = (
+    "test_ansible.py::",
+    "test_matrix.py::test_smoke_runs_in_parallel_resumes_and_reports",
+    "test_confinement.py::test_a_hostile_pep",
+)
+
+# Skips that are a property of the machine, not something missing: each is one
+# half of a pair whose other half runs here, or needs a build satbed does not ship.
+SKIPS_ALLOWED = (
+    r"SATBED_PEPSAL_BIN does not point at a PEPsal build",
+    r"SATBED_SCPS_BIN does not point at an SCPS gateway build",
+    r"this machine lets PEPsal raise its open-file hard limit",
+    r"this kernel has netem",
+    r"an SCPS gateway is installed here",
+    r"this machine has a pepsal image",
+    r"kernel offers no bbr",
+)
+
+
+def _has_root_skip(item: pytest.Item) -> bool:
+    return any(m.kwargs.get("reason") == ROOT_REASON for m in item.iter_markers("skipif"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        nodeid = item.nodeid.split("tests/", 1)[-1]
+        module = nodeid.split("::", 1)[0]
+        fixtures = set(getattr(item, "fixturenames", ()))
+        testbed = _has_root_skip(item) or bool(fixtures & TESTBED_FIXTURES)
+        if testbed:
+            item.add_marker(pytest.mark.testbed)
+        if fixtures & DOCKER_FIXTURES or (testbed and module in DOCKER_MODULES):
+            item.add_marker(pytest.mark.docker)
+        if any(nodeid.startswith(s) for s in SLOW):
+            item.add_marker(pytest.mark.slow)
+        if any(nodeid.startswith(s) for s in SERIAL):
+            item.add_marker(pytest.mark.serial)
+            item.add_marker(pytest.mark.xdist_group("machine"))
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if not os.environ.get("SATBED_CI") or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if not any(re.search(pattern, reason) for pattern in SKIPS_ALLOWED):
+        report.outcome = "failed"
+        report.longrepr = (f"skipped under SATBED_CI, and the reason is not on tests/conftest.py's "
+                           f"SKIPS_ALLOWED: {reason}")
 
 
 @pytest.fixture

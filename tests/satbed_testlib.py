@@ -14,7 +14,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+ROOT_REASON = "needs root for network namespaces"
+# tests/conftest.py marks every test carrying this skip as a `testbed` test.
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason=ROOT_REASON)
 
 
 def satbed(*args: str, timeout: float = 600, check: bool = False,

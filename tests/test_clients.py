@@ -109,8 +109,10 @@ def test_file_crosses_100ms_link_intact(rtt_runs, client, direction):
     assert r["integrity"] == "ok" and r["bytes"] == SIZE_BYTES
     assert r["sha256"] == r["sha256_expected"]
     assert r["client"] == client and r["direction"] == direction
-    # At most the 10 Mbit/s ceiling; a 2 MB file needs well over a second.
-    assert 0 < r["goodput_bps"] < 10.5e6 and r["seconds"] > 1.5
+    # At most the 10 Mbit/s ceiling; a 2 MB file needs well over a second. Over 1.5 Mbit/s:
+    # a goodput in bytes per second (at most 10.5e6 / 8) fails.
+    assert 1.5e6 < r["goodput_bps"] < 10.5e6 and r["seconds"] > 1.5
+    assert r["goodput_bps"] == pytest.approx(r["bytes"] * 8 / r["seconds"], rel=0.01)
     if client != "saratoga":
         # No PEP: a connect costs one round trip.
         assert RTT_MS * 0.95 < r["tcp_connect_ms"] < RTT_MS * 2, r["tcp_connect_ms"]
@@ -135,7 +137,7 @@ def test_nuttcp_udp_runs_at_the_link_rate(rtt_runs):
 @needs_root
 def test_iperf3_reports_goodput(rtt_runs):
     _, r = result_of(rtt_runs, ("iperf3", "upload"))
-    assert 0 < r["goodput_bps"] < 10.5e6 and r["bytes"] > 0
+    assert 1.5e6 < r["goodput_bps"] < 10.5e6 and r["bytes"] > 0      # bits, not bytes, per second
     assert RTT_MS * 0.95 < r["tcp_connect_ms"] < RTT_MS * 2
 
 

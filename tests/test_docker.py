@@ -302,15 +302,24 @@ def test_clean_removes_the_containers_of_a_killed_run(images, tmp_path, no_lefto
                              "ping", "--no-analysis", "--out", str(tmp_path)], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
+        # Only this run's containers (labelled with its pid): others' runs on the
+        # machine neither satisfy nor spoil the wait.
         deadline = time.monotonic() + 120
-        while len(satbed_containers()) < 3 and time.monotonic() < deadline:
+        while len(ours := _containers_of(proc.pid)) < 3 and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert satbed_containers(), "no container started"
+        assert len(ours) >= 3, f"the run started {ours}"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     cp = satbed("clean", timeout=300)
     assert cp.returncode == 0, cp.stderr
+    assert _containers_of(proc.pid) == [], cp.stdout
+
+
+def _containers_of(pid: int) -> list[str]:
+    cp = docker.docker("ps", "-a", "--filter", f"label={docker.LABEL}.owner={pid}", "--format", "{{.Names}}",
+                       check=False, timeout=30)
+    return cp.stdout.split()
 
 
 def _compose(project: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

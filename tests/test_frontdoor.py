@@ -57,7 +57,9 @@ def test_every_matrix_client_runs_with_a_relative_out_from_another_directory(cli
         return
     if client != "nuttcp-udp":      # memory to memory: nothing to verify
         assert summary["integrity"] == "ok"
-    assert summary["goodput_bps"] > 0
+    # Bits per second: 1 MB at RTT 0 crosses in about a second, so a goodput in
+    # bytes per second (8 times lower) fails.
+    assert summary["goodput_bps"] > 2e6, summary
 
 
 @needs_root

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from satbed_testlib import REPO, needs_root
+from satbed.core.errors import SatbedError
 
 BIN = os.path.join(REPO, "bin", "trafficgen")
 
@@ -257,7 +258,7 @@ def test_traffic_without_duration_stops_on_request_and_records_every_flow(testbe
     from satbed.model.workload import TrafficSpec
     spec = TrafficSpec.from_dict({"server": "clientB", "client": "clientA", "long": 3, "upload_fraction": 0.5})
     with Traffic(spec, testbed.hosts, str(tmp_path)) as t:
-        with pytest.raises(Exception):
+        with pytest.raises(SatbedError, match="without a duration runs until stop"):
             t.wait()                    # no duration: nothing ends by itself
         time.sleep(2)
     assert "errors" not in t.result, t.result
