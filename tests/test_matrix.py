@@ -437,7 +437,7 @@ def test_wall_estimate_interpolates_measured_cells(tmp_path):
     # 1.5 + 2 + 2 at 1e-7 (a factor 1/(1 - 4e-6) there): 42.08 + 24.37 s, plus 6 x 4 s.
     assert est["cells_without_measurement"] == 0 and est["cells_expected_to_stall"] == 0
     assert est["overhead_s"] == {"base": 4.0, "per_mb": 0.0}
-    assert est["wall_seconds"] == pytest.approx(90.45, abs=0.05)
+    assert est["wall_seconds"] == pytest.approx(90.45, abs=0.5)      # whole seconds: 90
 
 
 # --- real runs -------------------------------------------------------------------------------

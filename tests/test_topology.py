@@ -86,9 +86,15 @@ def test_not_root_is_one_clear_line(tmp_path):
     import os
     import subprocess
     from satbed_testlib import REPO
+    # The user's own writable home, as a real user has (root's is not theirs: Matplotlib
+    # would warn about its cache on stderr before satbed speaks).
+    import tempfile
+    home = tempfile.mkdtemp(prefix="satbed-nobody-")     # pytest's tmp_path is root's alone
+    os.chmod(home, 0o777)
     cp = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                          "/usr/bin/python3", "-m", "satbed", "run", "--client", "ping", "--out", str(tmp_path)],
-                        capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": REPO},
+                        capture_output=True, text=True, cwd="/",
+                        env={**os.environ, "PYTHONPATH": REPO, "HOME": home},
                         timeout=60)
     assert cp.returncode == 2
     assert cp.stderr.strip().splitlines() == [

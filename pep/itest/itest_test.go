@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,7 +29,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
+	flag.Parse() // testing.Short needs the flags parsed
+	if testing.Short() {
+		// Namespaces and nftables: `make test`'s tier, not `make check`'s.
+		skipReason = "namespace integration test: skipped under -short"
+	} else if os.Geteuid() != 0 {
 		skipReason = "needs root for network namespaces"
 	}
 	for _, tool := range []string{"ip", "nft", "ethtool"} {

@@ -490,6 +490,9 @@ func TestBackpressure(t *testing.T) {
 // TestAdapt: with a link much slower than the hint, queueing delay pulls
 // the pacing rate down to about the link's rate.
 func TestAdapt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of rate adaptation: make test's tier")
+	}
 	for _, tc := range []struct {
 		name         string
 		hint, linkBP float64
@@ -544,6 +547,9 @@ func TestAdapt(t *testing.T) {
 // check saw a slower link: the diagnostic scp (5 MB, 600 ms) cut the rate
 // 8.00 -> 5.53 Mbit/s, which takes tens of seconds to win back.
 func TestAdaptBursty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seconds of rate adaptation: make test's tier")
+	}
 	const rate = 8_000_000
 	lg := log.New(io.Discard, "", 0)
 	if testing.Verbose() {

@@ -39,7 +39,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     # anon_root as given, and a matrix cell runs from the repository root.
     out = paths.results_dir(out)
     # The payload and the received copy sit in the run directory side by side.
-    paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer")
+    paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer (--size)")
     session = Session(cfg, backend)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{session.tb.prefix}")

@@ -32,6 +32,10 @@ var (
 // satemuBin builds the real binary once per test run.
 func satemuBin(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		// Builds satemu and runs it on namespaces: `make test`'s tier, not `make check`'s.
+		t.Skip("integration test: skipped under -short")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "satemu-bin")
 		if err != nil {
