@@ -1,5 +1,5 @@
-"""Runs killed at ten moments, from testbed setup to teardown: after SIGKILL
-and `satbed clean`, or after a double Ctrl-C alone, nothing of the run is
+"""Runs killed at ten moments after their testbed's record appears, from setup
+to teardown: after SIGKILL and `satbed clean`, or after a double Ctrl-C alone, nothing of the run is
 left (records, links, namespace shells, processes, payloads and keys), and an
 interrupted run's result.json says so."""
 
@@ -20,10 +20,10 @@ from satbed_testlib import REPO, needs_root, root_links, satbed
 pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN_DIR, "satemu")),
                                              reason="bin/satemu not built (make build)")]
 
-# Seconds after the start: setup, PEP start, payload, transfer, teardown.
-MOMENTS = (0.3, 0.8, 1.5, 2.2, 3.0, 4.0, 5.5, 7.0, 9.0, 12.0)
-
-
+# Seconds after the run's record appears (its testbed exists): setup, PEP start,
+# payload, transfer, teardown.
+MOMENTS = (0.0, 0.5, 1.2, 1.9, 2.7, 3.7, 5.2, 6.7, 8.7, 11.7)
+RECORD_WAIT_S = 60
 def _start(out: str) -> subprocess.Popen:
     return subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "run", "--client", "scp", "--pep", "pepd",
                              "--rtt", "100", "--size", "8M", "--out", out],
@@ -44,8 +44,13 @@ def _prefixes_of(pid: int) -> set[str]:
 
 
 def _watch_until(p: subprocess.Popen, moment: float) -> set[str]:
-    """The testbed prefixes the run owns by `moment` seconds after its start."""
-    prefixes: set[str] = set()
+    """The testbed prefixes the run owns by `moment` seconds after its record
+    appeared. Waiting for the record, not for a time since the start, means a
+    slow start never leaves the test with no prefix and so nothing to check."""
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while not (prefixes := _prefixes_of(p.pid)) and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert prefixes, f"no testbed record from the run within {RECORD_WAIT_S} s"
     deadline = time.monotonic() + moment
     while time.monotonic() < deadline:
         prefixes |= _prefixes_of(p.pid)

@@ -31,6 +31,16 @@ pytestmark = [needs_root, pytest.mark.skipif(not os.path.exists(os.path.join(BIN
 SPOOFING = yaml.safe_load(open(topology.find("spoofing")))
 
 
+
+def wait_listening(host, port: int, limit_s: float = 10) -> None:
+    """Until something in the host's namespace listens on TCP port (not a fixed sleep)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if f":{port} " in host.run(["ss", "-Hltn"], check=False).stdout:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port} in {host.name} after {limit_s} s")
+
 def spec_with(mutate=None) -> topology_spec.TopologySpec:
     doc = copy.deepcopy(SPOOFING)
     if mutate:
@@ -105,7 +115,7 @@ def test_router_queue_of_20_packets_drops_under_overload_and_counts_it():
             h5, h4 = tb.host("h5"), tb.host("h4")
             r1 = tb.routers["r1"]
             server = h4.popen(["nuttcp", "-S", "--nofork"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.3)
+            wait_listening(h4, 5000)           # nuttcp's control port
             # The runner's sampler, on every router port.
             with counters.CounterSampler([i for r in tb.routers.values() for i in r.intfs.values()],
                                          run_dir) as sampler:
@@ -207,11 +217,13 @@ def test_spoofer_handshake_modes(tmp_path, mode):
         try:
             ping(h1, h5)                       # neighbours resolved before timing
             pep.start()
-            time.sleep(0.3)                    # the echo server listens
+            wait_listening(h5, 5009)
             ok = h1.run(["/usr/bin/python3", "-c", CONNECT, "5009"], timeout=30).stdout.split()
             refused = h1.run(["/usr/bin/python3", "-c", CONNECT, "5010"], timeout=30).stdout.split()
-            time.sleep(1.5)                    # pepd refreshes its stats each second
-            stats = pep.stats()
+            # pepd refreshes its stats each second: wait for the split to show, at most 10 s.
+            deadline = time.monotonic() + 10
+            while (stats := pep.stats()).get("connections_split", 0) < 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
         finally:
             server.kill()
             server.wait(timeout=10)
