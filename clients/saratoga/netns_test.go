@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,7 +92,7 @@ func TestNetnsGetPut(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = stop() })
-	time.Sleep(300 * time.Millisecond)
+	waitUDPListener(t, nsA, 7542)
 
 	out := filepath.Join(t.TempDir(), "got.bin")
 	get := exec.Command("ip", "netns", "exec", nsB, bin, "get", "-server", "10.99.99.1:7542", "-file", "file.bin",
@@ -129,4 +130,20 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
+}
+
+// waitUDPListener returns once a socket in namespace ns is bound to UDP port
+// (the server is ready), not after a guessed sleep.
+func waitUDPListener(t *testing.T, ns string, port int) {
+	t.Helper()
+	want := fmt.Sprintf(":%d ", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		out, _ := exec.Command("ip", "netns", "exec", ns, "ss", "-Hlun").Output()
+		if strings.Contains(string(out), want) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing bound to UDP port %d in %s after 10 s", port, ns)
 }
