@@ -85,7 +85,15 @@ check-go:
 check-py:
 	$(PYTEST) -n 2 --timeout 120 -m "not testbed and not docker and not slow" tests
 
-test: build services test-go test-py test-docs
+# The Go tests mostly wait on timers and namespaces (pep/itest: minutes at little
+# CPU), so they run beside pytest; their output follows pytest's.
+test: build services
+	go vet ./...
+	@log=$$(mktemp); go test -count=1 ./... >$$log 2>&1 & gopid=$$!; \
+	  $(PYTEST) -n 2 --dist loadgroup --timeout 600 tests; pyrc=$$?; \
+	  wait $$gopid; gorc=$$?; echo "--- go test -count=1 ./..."; cat $$log; rm -f $$log; \
+	  [ $$pyrc -eq 0 ] && [ $$gorc -eq 0 ]
+	@$(MAKE) --no-print-directory test-docs
 
 test-go:
 	go vet ./...
