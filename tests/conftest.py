@@ -81,7 +81,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # One worker takes a Docker module's tests: its module-scoped `images` fixture
         # then checks (and, after a change to an image's sources, builds) the images
         # once, not once per worker at the same time.
-        if module in DOCKER_MODULES and testbed:
+        if module == "test_ansible.py":
+            # One set of five machines per module: its tests share one worker.
+            item.add_marker(pytest.mark.xdist_group("ansible"))
+        elif module in DOCKER_MODULES and testbed:
             item.add_marker(pytest.mark.xdist_group("docker"))
         elif item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("machine"))

@@ -83,6 +83,7 @@ class Bed:
         self.key = os.path.join(workdir, "id_ed25519")
         self.inventory = os.path.join(workdir, "inventory.yml")
         self.applied = False
+        self.first: subprocess.CompletedProcess | None = None
 
     def up(self, image: str) -> None:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", self.key], check=True, timeout=30)
@@ -191,6 +192,10 @@ def bed(tmp_path_factory):
     b = Bed(str(work), runs)
     try:
         b.up(image)
+        # Applied here, once, so that no test depends on another having run
+        # first (pytest-xdist may give them to different workers otherwise).
+        b.first = b.playbook()
+        b.applied = b.first.returncode == 0
         yield b
     finally:
         b.down()
@@ -201,7 +206,7 @@ def bed(tmp_path_factory):
 @needs_docker
 @needs_ansible
 def test_site_playbook_twice_changes_nothing_the_second_time(bed):
-    first = bed.playbook()
+    first = bed.first
     assert first.returncode == 0, tail(first)
     counts = recap(first.stdout)
     assert set(counts) == set(NICS), tail(first)
@@ -211,7 +216,6 @@ def test_site_playbook_twice_changes_nothing_the_second_time(bed):
     again = recap(second.stdout)
     print("\n".join(line for line in second.stdout.splitlines() if RECAP.match(line)))
     assert {n: c["changed"] for n, c in again.items()} == {n: 0 for n in NICS}, tail(second, 80)
-    bed.applied = True
     # The machines are as the roles say: ports, addresses, bridges.
     for node in NICS:
         cp = bed.exec(node, "/usr/local/sbin/satbed-ports", "check")
@@ -260,7 +264,7 @@ def test_boot_units(bed, tmp_path):
     ports that lost their state; the standing link for a few seconds. (The
     tc standing link needs netem, which this kernel lacks: not run here.)"""
     if not bed.applied:
-        pytest.skip("the site playbook did not apply")
+        pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     for node in NICS:
         root = str(tmp_path / node)
         _copy_out(bed, node, root, ["/etc/systemd/system/satbed-ports.service", "/usr/local/sbin/satbed-ports"])
@@ -327,7 +331,7 @@ def test_run_across_the_machines(bed):
     arrives intact, the PEPs split (the LAN-side connect is short) and the
     usual run directory and analysis follow."""
     if not bed.applied:
-        pytest.skip("the site playbook did not apply")
+        pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     cp = satbed("run", "--backend", "ansible", "--inventory", bed.inventory, "--client", "ftp", "--pep", "pepd",
                 "--emulator", "userspace", "--rtt", "200", "--size", "2M", "--out", bed.runs_dir, timeout=600)
     assert cp.returncode == 0, cp.stderr[-3000:]
@@ -361,7 +365,7 @@ def test_matrix_across_the_machines(bed, tmp_path):
     its own port, the machine's sshd keeping 22) and Saratoga, without and
     with pepd, one cell at a time; every file intact."""
     if not bed.applied:
-        pytest.skip("the site playbook did not apply")
+        pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     exp = tmp_path / "machines.yaml"
     exp.write_text(yaml.safe_dump({
         "name": "machines", "repetitions": 1,
@@ -401,7 +405,7 @@ def test_clean_reaches_the_machines(bed):
     machines (and satemu, tcpdump...); `satbed clean --backend ansible`
     stops all of it."""
     if not bed.applied:
-        pytest.skip("the site playbook did not apply")
+        pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     env = {**os.environ, "PYTHONPATH": REPO}
     run = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "run", "--backend", "ansible", "--inventory",
                             bed.inventory, "--client", "ftp", "--pep", "pepd", "--rtt", "200", "--rate", "2mbit",
@@ -442,7 +446,7 @@ def test_clean_reaches_the_machines(bed):
 @needs_ansible
 def test_bad_inventories_say_one_line(bed, tmp_path):
     if not bed.applied:
-        pytest.skip("the site playbook did not apply")
+        pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     cases = {
         "no such file": (str(tmp_path / "missing.yml"), "no inventory file"),
         "no machine for a node": (_inventory_with(bed, str(tmp_path / "nodes.yml"),
