@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
 import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
-from satbed_testlib import ROOT_REASON
+from satbed_testlib import ROOT_REASON, root_links
+
+from satbed.backends import docker
 
 # Fixtures that build a testbed (module-scoped ones shared by a file's tests).
 TESTBED_FIXTURES = {"rtt_runs", "testbed", "images", "fixture_image", "hostile_image", "bed"}
@@ -114,3 +117,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def globalhawk():
     from satbed.model import topology
     return topology.load("globalhawk")
+
+
+def _owner_alive(name: str) -> bool:
+    cp = docker.docker("inspect", "--format", f'{{{{index .Config.Labels "{docker.LABEL}.owner"}}}}', name,
+                       check=False)
+    owner = cp.stdout.strip()
+    return owner.isdigit() and os.path.exists(f"/proc/{owner}")
+
+
+@pytest.fixture
+def no_leftovers():
+    """Nothing this test made is left: satbed containers that appeared
+    during it and whose owner is gone (others' live runs are theirs), and
+    root-namespace links with a run prefix. Another worker's run may end
+    during the test and remove its containers a moment after its owner
+    exits: a dead owner's container is given 30 s to go."""
+    links_before = root_links()
+    before = set(docker.containers())
+    yield
+    deadline = time.monotonic() + 30
+    while (left := [c for c in set(docker.containers()) - before if not _owner_alive(c)]) \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    assert left == []
+    assert {ln for ln in root_links() - links_before if ln.startswith("sb")} == set()

@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from satbed_testlib import REPO, needs_root, root_links, satbed
+from satbed_testlib import REPO, needs_root, satbed
 from satbed.backends import docker, records, testbed
 from satbed.backends.emulation import control_request
 from satbed.backends.mounts import node_mounts
@@ -206,23 +206,6 @@ def test_control_directories_go_with_their_record(record_dir):
 
 
 # ------------------------------------------------------------ a hostile PEP image
-
-def _owner_alive(name: str) -> bool:
-    cp = docker.docker("inspect", "--format", f'{{{{index .Config.Labels "{docker.LABEL}.owner"}}}}', name,
-                       check=False)
-    owner = cp.stdout.strip()
-    return owner.isdigit() and os.path.exists(f"/proc/{owner}")
-
-
-@pytest.fixture
-def no_leftovers():
-    links_before = root_links()
-    before = set(docker.containers())
-    yield
-    left = [c for c in set(docker.containers()) - before if not _owner_alive(c)]
-    assert left == []
-    assert {ln for ln in root_links() - links_before if ln.startswith("sb")} == set()
-
 
 @pytest.fixture(scope="module")
 def hostile_image():

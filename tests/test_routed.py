@@ -220,9 +220,14 @@ def test_spoofer_handshake_modes(tmp_path, mode):
             wait_listening(h5, 5009)
             ok = h1.run(["/usr/bin/python3", "-c", CONNECT, "5009"], timeout=30).stdout.split()
             refused = h1.run(["/usr/bin/python3", "-c", CONNECT, "5010"], timeout=30).stdout.split()
-            # pepd refreshes its stats each second: wait for the split to show, at most 10 s.
+            # pepd refreshes its stats each second: wait for the split (and, end to
+            # end, the refused upstream connect) to show, at most 10 s.
             deadline = time.monotonic() + 10
-            while (stats := pep.stats()).get("connections_split", 0) < 1 and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                stats = pep.stats()
+                if stats.get("connections_split", 0) >= 1 and (
+                        mode != "end-to-end" or stats.get("connections_connect_failed", 0) >= 1):
+                    break
                 time.sleep(0.2)
         finally:
             server.kill()

@@ -273,6 +273,13 @@ def _conditions(cells: Cells) -> str:
     return ", ".join(out) or "not recorded"
 
 
+def _experiment_file(path: str) -> str:
+    """The experiment file as the repository names it (the store keeps the
+    absolute path of the checkout it ran from)."""
+    parts = os.path.normpath(path).split(os.sep)
+    return os.path.join(*parts[-2:]) if len(parts) > 1 else path
+
+
 def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
     lines = ["| results | experiment file | started (UTC) | wall time | cells not already done |",
              "|---|---|---|---|---|"]
@@ -283,7 +290,7 @@ def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
             continue        # a resume that found everything done, or only cells unavailable here
         started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["started"]))
         wall = f"{(r['finished'] - r['started']) / 60:.1f} min" if r.get("finished") else "did not finish"
-        lines.append(f"| `{os.path.basename(os.path.normpath(r['dir']))}` | `{os.path.relpath(r['file'])}` | "
+        lines.append(f"| `{os.path.basename(os.path.normpath(r['dir']))}` | `{_experiment_file(r['file'])}` | "
                      f"{started} | {wall} | {ran} |")
         if r["dir"] not in dirs:
             dirs.append(r["dir"])
