@@ -3,7 +3,6 @@ package bridge
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -212,14 +211,7 @@ func TestBridgeLossCounted(t *testing.T) {
 	if err := tw.Write(st); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := csv.NewReader(&buf).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := map[string]int{}
-	for i, name := range recs[0] {
-		col[name] = i
-	}
+	recs, col := readTimeseries(t, &buf)
 	for _, r := range recs[1:] {
 		want := [2]string{"0", "0"}
 		if r[col["direction"]] == AToB {

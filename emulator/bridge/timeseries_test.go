@@ -3,6 +3,7 @@ package bridge
 import (
 	"bytes"
 	"encoding/csv"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -53,14 +54,7 @@ func TestTimeseriesLatenessPerInterval(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recs, err := csv.NewReader(&buf).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := map[string]int{}
-	for i, name := range recs[0] {
-		col[name] = i
-	}
+	recs, col := readTimeseries(t, &buf)
 	want := [][3]string{{"20", "20", "20"}, {"30000", "30000", "30000"}, {"0", "0", "0"}, {"5", "5", "45"}}
 	var got [][3]string
 	for _, r := range recs[1:] {
@@ -76,4 +70,19 @@ func TestTimeseriesLatenessPerInterval(t *testing.T) {
 			t.Errorf("row %d: late p50/p99/max %v, want %v", i, got[i], want[i])
 		}
 	}
+}
+
+// readTimeseries reads a written timeseries back: its rows and each
+// column's index by name (columns are found by name, never by place).
+func readTimeseries(t *testing.T, r io.Reader) ([][]string, map[string]int) {
+	t.Helper()
+	recs, err := csv.NewReader(r).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, name := range recs[0] {
+		col[name] = i
+	}
+	return recs, col
 }
