@@ -222,3 +222,23 @@ func TestBridgeLossCounted(t *testing.T) {
 		}
 	}
 }
+
+func TestSpinWorthwhile(t *testing.T) {
+	for _, tc := range []struct {
+		peakBps float64
+		want    bool
+	}{
+		{0, true},       // unshaped: frames may arrive microseconds apart
+		{1e9, true},     // 12 µs per frame
+		{100e6, true},   // 121 µs
+		{12.2e6, true},  // 993 µs: just faster than the threshold
+		{12.1e6, false}, // 1.001 ms
+		{10e6, false},   // the Global Hawk link's ceiling: 1.2 ms
+		{8e6, false},    // 1.5 ms
+		{64e3, false},   // 189 ms
+	} {
+		if got := spinWorthwhile(tc.peakBps); got != tc.want {
+			t.Errorf("spinWorthwhile(%g) = %v, want %v", tc.peakBps, got, tc.want)
+		}
+	}
+}

@@ -110,6 +110,15 @@ func (pl *Pipeline) SetParams(p Params) {
 	pl.sh.Set(p.RateBps, p.CeilBps, p.Burst, p.CBurst)
 }
 
+// PeakRate is the fastest the shaper sends at the moment (its ceiling at the
+// rate in force, bit/s); 0 when the link is unshaped.
+func (pl *Pipeline) PeakRate() float64 {
+	if pl.rateNow == 0 {
+		return 0
+	}
+	return max(pl.rateNow, pl.p.CeilBps)
+}
+
 // Counters returns a copy of the counters.
 func (pl *Pipeline) Counters() Counters { return pl.c }
 
