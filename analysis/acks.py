@@ -69,9 +69,11 @@ class RttStats:
     series: list[tuple[float, float]] = field(default_factory=list)
 
     def to_dict(self, with_series: bool = False) -> dict[str, Any]:
-        d = asdict(self)
-        if not with_series:
-            d.pop("series")
+        # Not asdict: it would deep-copy every sample of the series first.
+        d = {"samples": self.samples, "min_ms": self.min_ms, "avg_ms": self.avg_ms,
+             "max_ms": self.max_ms, "stdev_ms": self.stdev_ms}
+        if with_series:
+            d["series"] = list(self.series)
         return d
 
 

@@ -14,7 +14,7 @@ import socket
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 MAGIC_US = 0xA1B2C3D4
 MAGIC_NS = 0xA1B23C4D
@@ -37,8 +37,10 @@ class PcapError(Exception):
     """The file is not a readable classic pcap."""
 
 
-@dataclass(frozen=True)
-class TcpPacket:
+class TcpPacket(NamedTuple):
+    """One TCP segment's header fields. A NamedTuple, not a frozen dataclass:
+    a 100 MB transfer's four captures make ~450k of them, and a frozen
+    dataclass's __init__ (a setattr per field) was half of reading them."""
     ts: float
     src: str
     sport: int
@@ -120,6 +122,7 @@ def read_tcp(path: Path) -> PcapSummary:
     linktype = struct.unpack(endian + "I", data[20:24])[0] & 0x0FFFFFFF
     summary = PcapSummary(linktype=linktype)
     rec = struct.Struct(endian + "IIII")
+    addrs: dict[bytes, str] = {}
     off = 24
     while off < len(data):
         if off + 16 > len(data):
@@ -130,15 +133,46 @@ def read_tcp(path: Path) -> PcapSummary:
         if caplen > 262144 or off + caplen > len(data):
             summary.truncated = True
             break
-        frame = data[off:off + caplen]
-        off += caplen
         summary.records += 1
-        pkt = _decode(frame, linktype, sec + frac / tsdiv)
+        ts = sec + frac / tsdiv
+        pkt = _fast_tcp(data, off, caplen, ts, addrs) if linktype == LINKTYPE_ETHERNET else None
+        if pkt is None:
+            pkt = _decode(data[off:off + caplen], linktype, ts)
+        off += caplen
         if isinstance(pkt, TcpPacket):
             summary.packets.append(pkt)
         elif pkt is not None:
             summary.udp.append(pkt)
     return summary
+
+
+# Ethernet, IPv4 without options, TCP: nearly every record of a testbed's
+# capture, read with one unpack (a 100 MB transfer's four captures hold ~450k).
+_ETH_IP4_TCP = struct.Struct(">12xHBxH2xHxB2x4s4sHHIIHH")
+
+
+def _fast_tcp(data: bytes, off: int, caplen: int, ts: float, addrs: dict[bytes, str]) -> TcpPacket | None:
+    """The record at off decoded as _decode would, or None where it is not an
+    untagged Ethernet/IPv4/TCP frame without IP options (_decode reads those)."""
+    if caplen < _ETH_IP4_TCP.size:
+        return None
+    (etype, vihl, total_len, frag, proto, src4, dst4,
+     sport, dport, seq, ack, offflags, win) = _ETH_IP4_TCP.unpack_from(data, off)
+    if etype != 0x0800 or vihl != 0x45 or proto != 6 or frag & 0x1FFF:
+        return None
+    src = addrs.get(src4) or addrs.setdefault(src4, socket.inet_ntoa(src4))
+    dst = addrs.get(dst4) or addrs.setdefault(dst4, socket.inet_ntoa(dst4))
+    hdr = (offflags >> 12) * 4
+    sack: tuple[tuple[int, int], ...] = ()
+    if hdr > 20:
+        opts = data[off + 54:off + min(34 + hdr, caplen)]
+        if b"\x05" in opts:  # no byte 5 anywhere: no SACK option to look for
+            sack = _sack_blocks(opts)
+    return _new_tcp(TcpPacket, (ts, src, sport, dst, dport, seq, ack, offflags & 0x3F, win,
+                                max(0, total_len - 20 - hdr), sack))
+
+
+_new_tcp = tuple.__new__  # TcpPacket from a ready tuple, without the keyword-argument __new__
 
 
 def _decode(frame: bytes, linktype: int, ts: float) -> TcpPacket | UdpPacket | None:
@@ -150,8 +184,8 @@ def _decode(frame: bytes, linktype: int, ts: float) -> TcpPacket | UdpPacket | N
             return _decode_ipv4(frame, off, ts)
         if ethertype == 0x86DD:
             return _decode_ipv6(frame, off, ts)
-    except (struct.error, IndexError):
-        return None  # snapped or malformed header
+    except (struct.error, IndexError, ValueError, OSError):
+        return None  # snapped or malformed header (a short address: ValueError for IPv6, OSError for IPv4)
     return None
 
 
@@ -186,6 +220,8 @@ def _l3_start(frame: bytes, linktype: int) -> tuple[int, int | None]:
 
 
 def _decode_ipv4(frame: bytes, off: int, ts: float) -> TcpPacket | UdpPacket | None:
+    if len(frame) < off + 20:
+        return None  # snapped inside the IP header (inet_ntoa would refuse a short address)
     vihl = frame[off]
     ihl = (vihl & 0x0F) * 4
     total_len = struct.unpack_from(">H", frame, off + 2)[0]
