@@ -44,17 +44,19 @@ class Cells:
     rows: list[CellRow]
     unavailable: list[CellRow] = field(default_factory=list)   # their PEP is not installed where they ran
 
-    def find(self, variant: str, client: str, pep: str, rtt: float, ber: float) -> list[CellRow]:
+    def find(self, variant: str, client: str, pep: str, rtt: float, ber: float,
+             options: str = "") -> list[CellRow]:
         if variant == "study-errors" and ber == 0:
             variant = "study"       # no errors: the same network, one cell
         return [r for r in self.rows
                 if r.params.get("variant", "") == variant and r.params["client"] == client
                 and r.params["pep"] == pep and r.params["rtt"] == rtt and r.params["ber"] == ber
-                and not r.params.get("pep_options")]
+                and r.params.get("pep_options", "") == options]
 
-    def goodput(self, variant: str, client: str, pep: str, rtt: float, ber: float) -> float | None:
+    def goodput(self, variant: str, client: str, pep: str, rtt: float, ber: float,
+                options: str = "") -> float | None:
         """Mean goodput (bit/s) of the measured cells, None where there are none."""
-        values = [r.goodput_bps for r in self.find(variant, client, pep, rtt, ber) if r.goodput_bps]
+        values = [r.goodput_bps for r in self.find(variant, client, pep, rtt, ber, options) if r.goodput_bps]
         return statistics.fmean(values) if values else None
 
     def vantage(self, variant: str, client: str, pep: str, rtt: float, ber: float, where: str) -> dict:
@@ -387,6 +389,30 @@ def _windows_table(cells: Cells) -> list[str]:
     return lines
 
 
+# pepd's WAN leg as satbed runs it on a lossy link (its defaults) and as a
+# loss-based PEP would (experiments/globalhawk-pepd-cc.yaml).
+PEPD_LEGS = (("none", "", "no PEP"), ("pepd", "", "pepd, BBR and 8x buffers (satbed's defaults with errors)"),
+             ("pepd", "cc=cubic", "pepd, CUBIC and 8x buffers"),
+             ("pepd", "cc=cubic buffer_factor=1", "pepd, CUBIC and the hosts' buffers"))
+
+
+def _pepd_leg_table(cells: Cells) -> list[str]:
+    """Goodput at BER 1e-5 per bit, today's hosts, by what pepd's WAN leg
+    runs: the experiment behind the zero-delay and 600 ms rows."""
+    rtts = sorted({r.params["rtt"] for r in cells.rows if r.params.get("pep_options", "").startswith("cc=")})
+    if not rtts:
+        return ["No stored run of `experiments/globalhawk-pepd-cc.yaml`: the cause is untested here."]
+    lines = ["| client | RTT | " + " | ".join(label for _, _, label in PEPD_LEGS) + " |",
+             "|---|---|" + "---|" * len(PEPD_LEGS)]
+    for client in ("ftp", "scp"):
+        for rtt in rtts:
+            values = [cells.goodput("", client, pep, rtt, 1e-5, options) for pep, options, _ in PEPD_LEGS]
+            if any(v is not None for v in values):
+                lines.append(f"| {client} | {rtt:g} ms | "
+                             + " | ".join("-" if v is None else f"{v / 1e3:,.0f}" for v in values) + " |")
+    return lines
+
+
 def _gaps(cells: Cells) -> list[str]:
     """What the stored runs leave out of the study, read from them."""
     out = []
@@ -434,6 +460,11 @@ def render(cells: Cells, runs: list[dict], figures: str, command: str) -> str:
         "between PEP A and the emulator (the WAN after the PEP). The graphs themselves: `satbed report "
         "RESULTS/cells/HASH --window START 1` draws any 1-second window of a cell.", "",
         *_windows_table(cells), "",
+        "### What pepd's WAN leg does at BER 1e-5 per bit", "",
+        "The experiment behind rows 2 and 4: the same cells with pepd's WAN leg on BBR with large buffers "
+        "(what satbed runs on a lossy link), on CUBIC with them, and on CUBIC with the hosts' own buffers "
+        "(`experiments/globalhawk-pepd-cc.yaml`, today's hosts, goodput in kbit/s).", "",
+        *_pepd_leg_table(cells), "",
         "### What these runs do not cover", "", *_gaps(cells), "",
     ]
     return "\n".join(parts)
