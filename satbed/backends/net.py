@@ -206,15 +206,15 @@ class Node:
         self.run(["ip", "link", "set", intf.name, "up"])
 
     def stop(self) -> None:
-        for proc in list(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in list(self.procs):
+        for child in list(self.procs):
+            if child.poll() is None:
+                child.terminate()
+        for child in list(self.procs):
             try:
-                proc.wait(timeout=3)
+                child.wait(timeout=3)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=3)
+                child.kill()
+                child.wait(timeout=3)
         self.procs.clear()
         self.sandbox.stop()
 
