@@ -85,3 +85,39 @@ def test_a_page_without_its_marker_or_a_directory_without_results_is_one_line(tm
     shutil.copytree(FIXTURE, copy)
     cp = satbed("study-page", str(copy), "--page", str(tmp_path / "missing.md"), timeout=60)
     assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+
+
+def _row(client: str, pep: str, rtt: float, goodput: float, options: str = "", variant: str = "") -> "globalhawk.CellRow":
+    params = {"client": client, "pep": pep, "rtt": rtt, "ber": 1e-5, "pep_options": options, "variant": variant}
+    return globalhawk.CellRow(hash=f"{client}{pep}{rtt}{options}", experiment="x", params=params, config={},
+                              repetition=0, status="ok", goodput_bps=goodput)
+
+
+@pytest.mark.parametrize("cubic_gain, verdict", [(1.0, "the congestion control is the cause"),
+                                                 (2.0, "the congestion control alone does not explain it")])
+def test_the_pepd_leg_experiment_is_read_from_its_cells(cubic_gain, verdict):
+    """The explanation of rows 2 and 4 quotes the experiment's cells, and
+    its conclusion follows them: a different outcome reads differently."""
+    rows = [_row(c, "none", 0.0, 2e6) for c in ("ftp", "scp")]
+    rows += [_row(c, "pepd", 0.0, 6e6) for c in ("ftp", "scp")]
+    rows += [_row(c, "pepd", 0.0, 2e6 * cubic_gain, o) for c in ("ftp", "scp")
+             for o in ("cc=cubic", "cc=cubic buffer_factor=1")]
+    text = globalhawk._cubic_leg(globalhawk.Cells(rows), 0.0)
+    assert f"{cubic_gain:.2f}-{cubic_gain:.2f}x" in text and "3.00-3.00x on BBR" in text and verdict in text
+    assert "untested" in globalhawk._cubic_leg(globalhawk.Cells(rows[:4]), 0.0)
+    table = globalhawk._pepd_leg_table(globalhawk.Cells(rows))
+    assert table[2] == f"| ftp | 0 ms | 2,000 | 6,000 | {2000 * cubic_gain:,.0f} | {2000 * cubic_gain:,.0f} |"
+
+
+def test_a_time_sequence_figure_needs_its_cell_or_its_earlier_drawing(tmp_path):
+    """Without the cell's directory a figure is said not drawn, unless the PNG
+    drawn from that very cell is already beside the page."""
+    row = _row("ftp", "none", 600.0, 8e5, variant="study-errors")
+    figures = str(tmp_path / "global-hawk")
+    out = globalhawk._tsg_figures(globalhawk.Cells([row]), figures)
+    assert out[0].startswith("- Figure 2: FTP without a PEP") and "no stored cell directory" in out[0]
+    assert any("no stored cell)" in line for line in out[1:])
+    os.makedirs(figures)
+    open(os.path.join(figures, f"tsg-{row.hash}-lan_a.png"), "wb").write(b"png")
+    out = globalhawk._tsg_figures(globalhawk.Cells([row]), figures)
+    assert f"![Figure 2: FTP without a PEP, Client A's side](global-hawk/tsg-{row.hash}-lan_a.png)" in out
