@@ -25,10 +25,54 @@ from ..common import mean_ci
 class Study:
     """A published study a matrix can reproduce. `recognises` tells its
     cells apart from any other matrix's; `page` draws the study's own
-    figures from them as HTML sections (out: the matrix directory)."""
+    figures from them as HTML sections (out: the matrix directory).
+    `doc`, where a study has one, writes the generated part of its
+    documentation page (`satbed study-page`) from the stored cells alone, as
+    Markdown lines (figures: the directory beside the page for its images);
+    `doc_page` is that page."""
     name: str                                           # the paper's short name, the page's heading
     recognises: Callable[[list[CellRow]], bool]
     page: Callable[[str, list[CellRow]], list[str]]
+    doc: Callable[[list[CellRow], str], list[str]] | None = None
+    doc_page: str = ""
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One headline of a paper beside satbed's number under two conditions:
+    the scenario as it is (`today`) and with the study's conditions
+    (`study`). The values are read from the cells; `holds` says whether a
+    value supports the paper; `why` is the explanation the conditions test."""
+    says: str                                           # the paper's claim, in our words
+    paper: str                                          # the paper's own figure
+    today: Callable[[list[CellRow]], float | None]
+    study: Callable[[list[CellRow]], float | None]
+    shown: Callable[[float], str]                       # how a value is written
+    holds: Callable[[float], bool]
+    why: str
+
+
+def headline_table(headlines: tuple[Headline, ...], rows: list[CellRow]) -> list[str]:
+    """The Markdown table of a study page's headlines: the paper, satbed
+    today, satbed under the study's conditions, whether they agree, why."""
+    out = ["| # | the paper says | the paper | satbed today | satbed, the study's conditions | agree? | why |",
+           "|---|---|---|---|---|---|---|"]
+    for i, h in enumerate(headlines, 1):
+        verdicts = []
+        shown = []
+        for value in (h.today(rows), h.study(rows)):
+            if value is None:
+                shown.append("no cell")
+                verdicts.append(None)
+            else:
+                ok = h.holds(value)
+                shown.append(h.shown(value) + (" (agrees)" if ok else " (**disagrees**)"))
+                verdicts.append(ok)
+        agree = {(True, True): "yes", (False, True): "under the study's conditions only",
+                 (True, False): "today only", (False, False): "**no**"}.get((verdicts[0], verdicts[1]),
+                                                                            "not measured")
+        out.append(f"| {i} | {h.says} | {h.paper} | {shown[0]} | {shown[1]} | {agree} | {h.why} |")
+    return out
 
 
 def scenario_of(rows: list[CellRow]) -> str | None:
