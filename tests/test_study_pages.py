@@ -1,0 +1,116 @@
+"""Study pages of the plug-in studies (satbed/report/studypage.py and each
+study's `doc`), from stored matrix runs: tests/data/split-gateways-page and
+tests/data/spoofing-page hold cells of the real runs the pages are made
+from (`satbed matrix scenarios/split-gateways.yaml`, `satbed matrix
+experiments/spoofing-claims.yaml`), each cell's metrics cut down to what
+the pages read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+from satbed.core.errors import SatbedError
+from satbed.report import globalhawk, studies, studypage
+from satbed.report.studies import spoofing, split_gateways
+
+from satbed_testlib import REPO, satbed
+
+DATA = os.path.join(REPO, "tests", "data")
+SPLIT = os.path.join(DATA, "split-gateways-page")
+SPOOF = os.path.join(DATA, "spoofing-page")
+HEAD = "# The page\n\nProse above the marker, kept as written.\n\n"
+
+
+def page_in(tmp_path, name: str) -> str:
+    p = tmp_path / name
+    p.write_text(HEAD + studypage.MARKER + "\nstale numbers\n")
+    return str(p)
+
+
+def generated_rows(page: str) -> list[list[str]]:
+    """The headline rows of a generated page, as lists of cells."""
+    text = open(page).read()
+    head, generated = text.split(studypage.MARKER)
+    assert head == HEAD and "stale numbers" not in generated
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in generated.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+
+
+def stored(fixture: str, variant: str, **params) -> list[dict]:
+    """The metrics of the measured cells of one variant (and these parameters)."""
+    db = sqlite3.connect(os.path.join(fixture, "results.sqlite"))
+    return [json.loads(m) for p, m in db.execute("SELECT params, metrics FROM cells WHERE status IN ('ok', 'limited')")
+            if json.loads(p).get("variant") == variant and all(json.loads(p).get(k) == v for k, v in params.items())]
+
+
+def test_the_split_gateway_page_is_written_from_the_stored_cells(tmp_path):
+    page = page_in(tmp_path, "split-gateways.md")
+    cp = satbed("study-page", SPLIT, "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rows = generated_rows(page)
+    assert len(rows) == len(split_gateways._headlines())
+    # Row 3, large windows: today's and the study's link throughput as the captures stored them.
+    for column, variant in ((3, "large-windows"), (4, "large-windows-study-q10")):
+        (m,) = stored(SPLIT, variant)
+        sat = next(v for v, c in m["captures"].items() if c["node"] == "sat")
+        want = m["analysis"][sat]["main"]["summary"]["throughput_bps"] / 1e3
+        assert rows[2][column].startswith(f"{want:.0f} kbit/s ("), rows[2]
+    # Every row has a value in both conditions: no "no cell" left.
+    assert all("no cell" not in r[3] and "no cell" not in r[4] for r in rows), rows
+    assert "`scenarios/split-gateways.yaml`" in open(page).read()
+
+
+def test_a_verdict_follows_the_numbers(tmp_path):
+    """The verdicts are computed: large windows at 850 kbit/s would agree with the paper."""
+    copy = tmp_path / "copy"
+    shutil.copytree(SPLIT, copy)
+    db = sqlite3.connect(copy / "results.sqlite")
+    for h, p, m in db.execute("SELECT hash, params, metrics FROM cells").fetchall():
+        if json.loads(p).get("variant") == "large-windows":
+            m = json.loads(m)
+            for a in m["analysis"].values():
+                a["main"]["summary"]["throughput_bps"] = 850e3
+            db.execute("UPDATE cells SET metrics = ? WHERE hash = ?", (json.dumps(m), h))
+    db.commit()
+    db.close()
+    cells, _ = globalhawk.load_cells([str(copy)])
+    row = split_gateways._headlines()[2]
+    assert row.holds(row.today(cells.rows))
+    original, _ = globalhawk.load_cells([SPLIT])
+    assert not row.holds(row.today(original.rows))
+
+
+def test_the_spoofing_page_is_written_from_the_stored_cells(tmp_path):
+    page = page_in(tmp_path, "tcp-spoofing.md")
+    cp = satbed("study-page", SPOOF, "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rows = generated_rows(page)
+    assert len(rows) == len(spoofing._headlines())
+    # Row 3: the sender's gain for one packet, no competing flow, from the stored views.
+    for column, (e2e, spoofed) in ((3, spoofing.CONDITIONS["today"]), (4, spoofing.CONDITIONS["study"])):
+        def mean_sender(variant: str) -> float:
+            values = [m["end_to_end_throughput"]["sender_bps"]
+                      for m in stored(SPOOF, variant, size=spoofing.PACKET, **{spoofing.FLOWS: 0})]
+            return sum(values) / len(values)
+        want = (mean_sender(spoofed) - mean_sender(e2e)) / mean_sender(e2e) * 100
+        assert rows[2][column].startswith(f"{want:+.0f} % ("), rows[2]
+    assert all("no cell" not in r[3] and "no cell" not in r[4] for r in rows), rows
+
+
+def test_each_study_names_its_page_and_an_unknown_matrix_falls_to_global_hawk():
+    split, _ = globalhawk.load_cells([SPLIT])
+    assert studies.study_of(split.rows).doc_page == "docs/studies/split-gateways.md"
+    hawk, _ = globalhawk.load_cells([os.path.join(DATA, "globalhawk-page")])
+    assert studies.study_of(hawk.rows) is None
+
+
+def test_a_page_without_its_marker_is_one_line(tmp_path):
+    p = tmp_path / "page.md"
+    p.write_text("# no marker\n")
+    with pytest.raises(SatbedError, match="no line"):
+        studypage.write([SPLIT], str(p), "test")
