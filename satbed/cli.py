@@ -33,7 +33,7 @@ from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, ru
 from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
-from satbed.report import page, studypage, summary
+from satbed.report import globalhawk, page, summary
 from satbed.results import rundir
 from satbed.results.store import MEASURED, UNAVAILABLE
 
@@ -209,12 +209,13 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_study_page(args: argparse.Namespace) -> int:
-    """A study's page (the study the runs are), its generated part rewritten from stored runs."""
+    """A study's page, its generated part rewritten from stored runs: the Global
+    Hawk study's, or the page of a study plug-in (satbed/report/studies) named by --page."""
     # Results outside the working tree are named by their directory's name: the page is published.
     shown = [os.path.basename(os.path.normpath(d)) if os.path.relpath(d).startswith("..") else os.path.relpath(d)
              for d in args.dirs]
-    command = " ".join(["satbed study-page", *shown, *(["--page", args.page] if args.page else [])])
-    print(studypage.write(args.dirs, args.page, command))
+    command = " ".join(["satbed study-page", *shown, "--page", args.page])
+    print(globalhawk.write_page(args.dirs, args.page, command))
     return 0
 
 
@@ -354,10 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "capture point (default: around the first retransmission)")
     rp.set_defaults(fn=cmd_report, needs_root=False)
 
-    sp = sub.add_parser("study-page", help="rewrite a study page's results (docs/studies/) from stored matrix runs")
+    sp = sub.add_parser("study-page", help="rewrite a study page's results (docs/studies/global-hawk.md, or a "
+                        "study plug-in's page such as docs/studies/ack-reservation.md) from stored matrix runs")
     sp.add_argument("dirs", nargs="+", metavar="DIR", help="the --out directories of `satbed matrix` runs")
-    sp.add_argument("--page", help="the page (default: the page of the study the runs are, "
-                    "docs/studies/global-hawk.md for the Global Hawk matrix; its part below the marker "
+    sp.add_argument("--page", default="docs/studies/global-hawk.md", help="the page (its part below the marker "
                     "line is rewritten; figures go to a directory of the page's name)")
     sp.set_defaults(fn=cmd_study_page, needs_root=False)
 

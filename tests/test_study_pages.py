@@ -1,5 +1,5 @@
-"""Study pages of the plug-in studies (satbed/report/studypage.py and each
-study's `doc`), from stored matrix runs: tests/data/split-gateways-page and
+"""The split-gateway and TCP spoofing study pages (`satbed study-page`, each
+study's `results` and its headlines), from stored matrix runs: tests/data/split-gateways-page and
 tests/data/spoofing-page hold cells of the real runs the pages are made
 from (`satbed matrix scenarios/split-gateways.yaml`, `satbed matrix
 experiments/spoofing-claims.yaml`), each cell's metrics cut down to what
@@ -15,7 +15,7 @@ import sqlite3
 import pytest
 
 from satbed.core.errors import SatbedError
-from satbed.report import globalhawk, studies, studypage
+from satbed.report import globalhawk, studies
 from satbed.report.studies import spoofing, split_gateways
 
 from satbed_testlib import REPO, satbed
@@ -28,24 +28,24 @@ HEAD = "# The page\n\nProse above the marker, kept as written.\n\n"
 
 def page_in(tmp_path, name: str) -> str:
     p = tmp_path / name
-    p.write_text(HEAD + studypage.MARKER + "\nstale numbers\n")
+    p.write_text(HEAD + globalhawk.MARKER + "\nstale numbers\n")
     return str(p)
 
 
 def generated_rows(page: str) -> list[list[str]]:
     """The headline rows of a generated page, as lists of cells."""
     text = open(page).read()
-    head, generated = text.split(studypage.MARKER)
+    head, generated = text.split(globalhawk.MARKER)
     assert head == HEAD and "stale numbers" not in generated
     return [[c.strip() for c in line.split("|")[1:-1]] for line in generated.splitlines()
             if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
 
 
-def stored(fixture: str, variant: str, **params) -> list[dict]:
-    """The metrics of the measured cells of one variant (and these parameters)."""
+def stored(fixture: str, **params) -> list[dict]:
+    """The metrics of the measured cells with these parameters (None: not set)."""
     db = sqlite3.connect(os.path.join(fixture, "results.sqlite"))
     return [json.loads(m) for p, m in db.execute("SELECT params, metrics FROM cells WHERE status IN ('ok', 'limited')")
-            if json.loads(p).get("variant") == variant and all(json.loads(p).get(k) == v for k, v in params.items())]
+            if all(json.loads(p).get(k) == v for k, v in params.items())]
 
 
 def test_the_split_gateway_page_is_written_from_the_stored_cells(tmp_path):
@@ -56,7 +56,7 @@ def test_the_split_gateway_page_is_written_from_the_stored_cells(tmp_path):
     assert len(rows) == len(split_gateways._headlines())
     # Row 3, large windows: today's and the study's link throughput as the captures stored them.
     for column, variant in ((3, "large-windows"), (4, "large-windows-study-q10")):
-        (m,) = stored(SPLIT, variant)
+        (m,) = stored(SPLIT, variant=variant)
         sat = next(v for v, c in m["captures"].items() if c["node"] == "sat")
         want = m["analysis"][sat]["main"]["summary"]["throughput_bps"] / 1e3
         assert rows[2][column].startswith(f"{want:.0f} kbit/s ("), rows[2]
@@ -92,25 +92,30 @@ def test_the_spoofing_page_is_written_from_the_stored_cells(tmp_path):
     rows = generated_rows(page)
     assert len(rows) == len(spoofing._headlines())
     # Row 3: the sender's gain for one packet, no competing flow, from the stored views.
-    for column, (e2e, spoofed) in ((3, spoofing.CONDITIONS["today"]), (4, spoofing.CONDITIONS["study"])):
-        def mean_sender(variant: str) -> float:
+    # Today the user pulls the file (a download); under the study's conditions the sender
+    # opens the connection (an upload from h5), with no other change.
+    for column, direction in ((3, "download"), (4, "upload")):
+        def mean_sender(pep: str) -> float:
             values = [m["end_to_end_throughput"]["sender_bps"]
-                      for m in stored(SPOOF, variant, size=spoofing.PACKET, **{spoofing.FLOWS: 0})]
+                      for m in stored(SPOOF, size=spoofing.PACKET, direction=direction, pep=pep,
+                                      **{spoofing.FLOWS: 0, "profiles.h5": None, "links.inet.rate": None})]
+            assert len(values) == 3
             return sum(values) / len(values)
-        want = (mean_sender(spoofed) - mean_sender(e2e)) / mean_sender(e2e) * 100
+        want = (mean_sender("pepd") - mean_sender("none")) / mean_sender("none") * 100
         assert rows[2][column].startswith(f"{want:+.0f} % ("), rows[2]
     assert all("no cell" not in r[3] and "no cell" not in r[4] for r in rows), rows
 
 
-def test_each_study_names_its_page_and_an_unknown_matrix_falls_to_global_hawk():
-    split, _ = globalhawk.load_cells([SPLIT])
-    assert studies.study_of(split.rows).doc_page == "docs/studies/split-gateways.md"
-    hawk, _ = globalhawk.load_cells([os.path.join(DATA, "globalhawk-page")])
-    assert studies.study_of(hawk.rows) is None
+def test_each_study_is_found_by_its_page_and_recognises_its_cells():
+    for fixture, page, module in ((SPLIT, "docs/studies/split-gateways.md", split_gateways),
+                                  (SPOOF, "docs/studies/tcp-spoofing.md", spoofing)):
+        assert studies.for_page(page) is module.STUDY
+        cells, _ = globalhawk.load_cells([fixture])
+        assert studies.study_of(cells.rows) is module.STUDY
 
 
 def test_a_page_without_its_marker_is_one_line(tmp_path):
-    p = tmp_path / "page.md"
+    p = tmp_path / "split-gateways.md"
     p.write_text("# no marker\n")
     with pytest.raises(SatbedError, match="no line"):
-        studypage.write([SPLIT], str(p), "test")
+        globalhawk.write_page([SPLIT], str(p), "test")

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.figures import data_uri, png
+from satbed.core.files import write_text
 from satbed.results.store import CellRow
 
 from ..common import mean_ci
@@ -26,53 +27,16 @@ class Study:
     """A published study a matrix can reproduce. `recognises` tells its
     cells apart from any other matrix's; `page` draws the study's own
     figures from them as HTML sections (out: the matrix directory).
-    `doc`, where a study has one, writes the generated part of its
-    documentation page (`satbed study-page`) from the stored cells alone, as
-    Markdown lines (figures: the directory beside the page for its images);
-    `doc_page` is that page."""
+
+    `doc` names the study's page, docs/studies/DOC.md, and `results` writes
+    its generated part for `satbed study-page`: given the stored runs'
+    directories, their measured cells and the directory for the page's
+    figures, the page's markdown lines below its run table."""
     name: str                                           # the paper's short name, the page's heading
     recognises: Callable[[list[CellRow]], bool]
     page: Callable[[str, list[CellRow]], list[str]]
-    doc: Callable[[list[CellRow], str], list[str]] | None = None
-    doc_page: str = ""
-
-
-@dataclass(frozen=True)
-class Headline:
-    """One headline of a paper beside satbed's number under two conditions:
-    the scenario as it is (`today`) and with the study's conditions
-    (`study`). The values are read from the cells; `holds` says whether a
-    value supports the paper; `why` is the explanation the conditions test."""
-    says: str                                           # the paper's claim, in our words
-    paper: str                                          # the paper's own figure
-    today: Callable[[list[CellRow]], float | None]
-    study: Callable[[list[CellRow]], float | None]
-    shown: Callable[[float], str]                       # how a value is written
-    holds: Callable[[float], bool]
-    why: str
-
-
-def headline_table(headlines: tuple[Headline, ...], rows: list[CellRow]) -> list[str]:
-    """The Markdown table of a study page's headlines: the paper, satbed
-    today, satbed under the study's conditions, whether they agree, why."""
-    out = ["| # | the paper says | the paper | satbed today | satbed, the study's conditions | agree? | why |",
-           "|---|---|---|---|---|---|---|"]
-    for i, h in enumerate(headlines, 1):
-        verdicts = []
-        shown = []
-        for value in (h.today(rows), h.study(rows)):
-            if value is None:
-                shown.append("no cell")
-                verdicts.append(None)
-            else:
-                ok = h.holds(value)
-                shown.append(h.shown(value) + (" (agrees)" if ok else " (**disagrees**)"))
-                verdicts.append(ok)
-        agree = {(True, True): "yes", (False, True): "under the study's conditions only",
-                 (True, False): "today only", (False, False): "**no**"}.get((verdicts[0], verdicts[1]),
-                                                                            "not measured")
-        out.append(f"| {i} | {h.says} | {h.paper} | {shown[0]} | {shown[1]} | {agree} | {h.why} |")
-    return out
+    doc: str = ""
+    results: Callable[[list[str], list[CellRow], str], list[str]] | None = None
 
 
 def scenario_of(rows: list[CellRow]) -> str | None:
@@ -84,6 +48,36 @@ def scenario_of(rows: list[CellRow]) -> str | None:
 def from_scenario(stem: str) -> Callable[[list[CellRow]], bool]:
     """Recognises the cells of scenarios/STEM.yaml."""
     return lambda rows: scenario_of(rows) == stem
+
+
+def stored_per_cell(dirs: list[str], rows: list[CellRow], name: str,
+                    compute: Callable[[str, CellRow], dict | None]) -> dict[str, dict]:
+    """Per-cell figures a study page needs that results.sqlite does not hold
+    (they come from captures, traces and records), by cell hash. They are
+    kept beside results.sqlite as NAME.json: computed from a cell's
+    directory where it is present (and the file updated), read from the
+    file where only the stored results are, as under docs/studies/ where a
+    run is kept without its captures."""
+    found: dict[str, dict] = {}
+    for d in dirs:
+        path = os.path.join(d, f"{name}.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                kept = json.load(f)
+        except (OSError, ValueError):
+            kept = {}
+        changed = False
+        for r in rows:
+            cell = os.path.join(d, "cells", r.hash)
+            # A cell measured again (--retry) keeps its hash: its finish time tells the runs apart.
+            fresh = (kept.get(r.hash) or {}).get("finished") == r.finished
+            if not fresh and os.path.isdir(cell) and (v := compute(cell, r)) is not None:
+                kept[r.hash] = {**v, "finished": r.finished}
+                changed = True
+        if changed:
+            write_text(path, json.dumps(kept, separators=(",", ":"), sort_keys=True) + "\n")
+        found.update(kept)
+    return found
 
 
 def mean_ci_or_none(values: list[float]) -> tuple[float | None, float | None]:

@@ -14,8 +14,10 @@ from analysis.figures import plt
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
-from .base import (Headline, Study, emulator_samples, ends, figure, fmt, from_scenario, headline_table, kernels,
-                   mean_ci_or_none, summary_at, vantage_of)
+from .base import Study, emulator_samples, ends, figure, fmt, from_scenario, kernels, mean_ci_or_none, \
+    summary_at, vantage_of
+from .headlines import Headline, repetitions
+from .headlines import table as headline_table
 
 NAME = "Split gateways"
 
@@ -305,10 +307,12 @@ def _experiments(rows: list[CellRow]) -> list[str]:
     return out
 
 
-def doc(rows: list[CellRow], figures: str) -> list[str]:
+def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
+    """The page's generated part below its run table (`satbed study-page`)."""
     size = rows[0].params.get("size", 0) if rows else 0
     return [
         "### The paper's headlines beside satbed's", "",
+        f"{len(rows)} cells, {repetitions(rows)}.", "",
         "`today`: the scenario's four set-ups as they are (Linux hosts, a 100-packet queue at the T1 "
         "port). `the study's conditions`: the same four set-ups with the study's simulated hosts (Reno "
         "without SACK, their whole buffer advertised), a 10-packet drop-tail queue at the T1 port, and "
@@ -323,4 +327,4 @@ def doc(rows: list[CellRow], figures: str) -> list[str]:
     ]
 
 
-STUDY = Study(NAME, from_scenario("split-gateways"), page, doc, "docs/studies/split-gateways.md")
+STUDY = Study(NAME, from_scenario("split-gateways"), page, "split-gateways", results)
