@@ -92,13 +92,14 @@ def test_the_spoofing_page_is_written_from_the_stored_cells(tmp_path):
     rows = generated_rows(page)
     assert len(rows) == len(spoofing._headlines())
     # Row 3: the sender's gain for one packet, no competing flow, from the stored views.
-    # Today the user pulls the file (a download); under the study's conditions the sender
-    # opens the connection (an upload from h5), with no other change.
-    for column, direction in ((3, "download"), (4, "upload")):
+    # Today the user pulls the file (a download); under the study's conditions, for the
+    # sender's view, the sender opens the connection (an upload from h5) with ns-2's
+    # one-segment initial window on the end hosts.
+    for column, direction, profile in ((3, "download", None), (4, "upload", "ns2-reno-sack-iw1")):
         def mean_sender(pep: str) -> float:
             values = [m["end_to_end_throughput"]["sender_bps"]
                       for m in stored(SPOOF, size=spoofing.PACKET, direction=direction, pep=pep,
-                                      **{spoofing.FLOWS: 0, "profiles.h5": None, "links.inet.rate": None})]
+                                      **{spoofing.FLOWS: 0, "profiles.h5": profile, "links.inet.rate": None})]
             assert len(values) == 3
             return sum(values) / len(values)
         want = (mean_sender("pepd") - mean_sender("none")) / mean_sender("none") * 100

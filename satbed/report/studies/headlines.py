@@ -20,7 +20,9 @@ class Headline:
     study: Callable[[list[CellRow]], float | None]
     shown: Callable[[float], str]                       # how a value is written
     holds: Callable[[float], bool]                      # does a value support the paper
-    why: str                                            # the explanation the conditions test
+    # The explanation the conditions test: text, or text written from the
+    # cells where it cites an experiment's numbers.
+    why: str | Callable[[list[CellRow]], str]
 
 
 VERDICT = {(True, True): "yes", (False, True): "under the study's conditions only",
@@ -43,7 +45,8 @@ def table(headlines: tuple[Headline, ...], rows: list[CellRow]) -> list[str]:
             shown.append(h.shown(value) + (" (agrees)" if ok else " (**disagrees**)"))
             verdicts.append(ok)
         out.append(f"| {i} | {h.says} | {h.paper} | {shown[0]} | {shown[1]} | "
-                   f"{VERDICT.get((verdicts[0], verdicts[1]), 'not measured')} | {h.why} |")
+                   f"{VERDICT.get((verdicts[0], verdicts[1]), 'not measured')} | "
+                   f"{h.why(rows) if callable(h.why) else h.why} |")
     return out
 
 
