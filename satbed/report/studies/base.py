@@ -50,6 +50,29 @@ def from_scenario(stem: str) -> Callable[[list[CellRow]], bool]:
     return lambda rows: scenario_of(rows) == stem
 
 
+def _revision(cell: str) -> dict:
+    try:
+        with open(os.path.join(cell, "environment.json"), encoding="utf-8") as f:
+            return json.load(f).get("git") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def stored_revisions(d: str) -> list[dict]:
+    """The revisions (environment.json's git) that stored_per_cell kept for
+    the cells of the run in d, one per cell."""
+    found = []
+    for path in glob.glob(os.path.join(d, "*.json")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            found += [v["git"] for v in doc.values() if isinstance(v, dict) and isinstance(v.get("git"), dict)]
+    return found
+
+
 def stored_per_cell(dirs: list[str], rows: list[CellRow], name: str,
                     compute: Callable[[str, CellRow], dict | None]) -> dict[str, dict]:
     """Per-cell figures a study page needs that results.sqlite does not hold
@@ -72,7 +95,7 @@ def stored_per_cell(dirs: list[str], rows: list[CellRow], name: str,
             # A cell measured again (--retry) keeps its hash: its finish time tells the runs apart.
             fresh = (kept.get(r.hash) or {}).get("finished") == r.finished
             if not fresh and os.path.isdir(cell) and (v := compute(cell, r)) is not None:
-                kept[r.hash] = {**v, "finished": r.finished}
+                kept[r.hash] = {**v, "finished": r.finished, "git": _revision(cell)}
                 changed = True
         if changed:
             write_text(path, json.dumps(kept, separators=(",", ":"), sort_keys=True) + "\n")

@@ -14,8 +14,8 @@ from analysis.figures import plt
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
-from .base import Study, emulator_samples, ends, figure, fmt, from_scenario, kernels, mean_ci_or_none, \
-    summary_at, vantage_of
+from .base import (Study, emulator_samples, ends, figure, fmt, from_scenario, kernels, mean_ci_or_none,
+                   stored_per_cell, summary_at, vantage_of)
 from .headlines import Headline, repetitions
 from .headlines import table as headline_table
 
@@ -255,15 +255,15 @@ def _headlines() -> tuple[Headline, ...]:
           "Reproduced, and the cause ruled in by the experiment below: a short drop-tail queue at the T1 "
           "port. A 195 KB window is twice the bandwidth-delay product, so with a 10-packet queue every "
           "window overflows it: `large-windows-q10` (today's hosts) and `large-windows-study-q10` (the "
-          "study's) both fall to the paper's range, `large-windows-study-q40` part of the way. With "
+          "study's) both fall to about the paper's range, `large-windows-study-q40` part of the way. With "
           "satbed's 100-packet queue Linux's 120 KB window never loses a packet and fills the T1. The "
           "hosts (Reno without SACK, the whole 195 KB advertised) matter little beside the queue. The "
           "paper gives no queue size."),
         h("Split gateways: the link runs close to the T1's capacity", "close to the T1 rate",
           _at("gateways", "link_kbps"), kbps, lambda x: x >= 0.85 * T1_KBPS,
           "Today pepd's CUBIC leg between the gateways fills the T1 through the 100-packet queue. The "
-          "study's gateway is the router whose T1 port holds the queue: its TCP sends into its own "
-          "interface and does not lose segments to it. pepd beside the router is one more sender into the "
+          "study's gateway is the router whose T1 port holds the queue; the hypothesis is that its TCP's "
+          "segments wait in its own interface rather than being dropped there. pepd beside the router is one more sender into the "
           "emulator's queue: with TCP between the gateways (`gateways-study-q10`) its window overflows the "
           "10-packet queue as the hosts' large windows do, and most of the gateways' lead is gone; paced "
           "at the T1 rate (`gateways-study-q10-paced`, pepd's rate-based leg, the stand-in for a sender "
@@ -301,21 +301,24 @@ def _experiments(rows: list[CellRow]) -> list[str]:
         f = {k: _mean(rows, variant, k) for k in ("link_kbps", "download_s", "server_rtt_ms", "rexmt", "win_max")}
         if f["download_s"] is None:
             continue
-        window = "-" if f["win_max"] is None else f"{f['win_max']:,.0f} B"
+        window = "–" if f["win_max"] is None else f"{f['win_max']:,.0f} B"
         out.append(f"| `{variant}` | {hosts} | {queue} | {fmt(f['link_kbps'], 0)} | {fmt(f['download_s'], 0)} | "
                    f"{fmt(f['server_rtt_ms'], 0)} | {fmt(f['rexmt'], 0)} | {window} |")
     return out
 
 
 def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
-    """The page's generated part below its run table (`satbed study-page`)."""
+    """The page's generated part below its run table (`satbed study-page`).
+    Everything comes from results.sqlite; the cells' revisions are kept
+    beside it (split-gateways.json) so that the run can be stored without its cells."""
+    stored_per_cell(dirs, rows, "split-gateways", lambda cell, r: {})
     size = rows[0].params.get("size", 0) if rows else 0
     return [
         "### The paper's headlines beside satbed's", "",
         f"{len(rows)} cells, {repetitions(rows)}.", "",
         "`today`: the scenario's four set-ups as they are (Linux hosts, a 100-packet queue at the T1 "
         "port). `the study's conditions`: the same four set-ups with the study's simulated hosts (Reno "
-        "without SACK, their whole buffer advertised), a 10-packet drop-tail queue at the T1 port, and "
+        "without SACK; the large windows advertised whole), a 10-packet drop-tail queue at the T1 port, and "
         "gateways that never overrun their own port (variants `*-study-q10`, `gateways-study-q10-paced`). "
         f"One FTP download of {size / 2**20:g} MB per cell (the study: 50 MB); link throughput is the "
         "main connection's, captured on the satellite emulator's server side.", "",
