@@ -1,9 +1,10 @@
-"""The split-gateway and TCP spoofing study pages (`satbed study-page`, each
-study's `results` and its headlines), from stored matrix runs: tests/data/split-gateways-page and
-tests/data/spoofing-page hold cells of the real runs the pages are made
-from (`satbed matrix scenarios/split-gateways.yaml`, `satbed matrix
-experiments/spoofing-claims.yaml`), each cell's metrics cut down to what
-the pages read."""
+"""The split-gateway and TCP spoofing study pages (`satbed study-page`,
+each study's `results` and its headlines), from stored matrix runs:
+tests/data/split-gateways-page and tests/data/spoofing-page hold the cells
+of the real runs the pages are made from (`satbed matrix
+scenarios/split-gateways.yaml`, `satbed matrix
+experiments/spoofing-claims.yaml`), each cell's metrics and configuration
+cut down to what the pages read, and the cells' revisions."""
 
 from __future__ import annotations
 

@@ -263,8 +263,8 @@ def _headlines() -> tuple[Headline, ...]:
           _at("gateways", "link_kbps"), kbps, lambda x: x >= 0.85 * T1_KBPS,
           "Today pepd's CUBIC leg between the gateways fills the T1 through the 100-packet queue. The "
           "study's gateway is the router whose T1 port holds the queue; the hypothesis is that its TCP's "
-          "segments wait in its own interface rather than being dropped there. pepd beside the router is one more sender into the "
-          "emulator's queue: with TCP between the gateways (`gateways-study-q10`) its window overflows the "
+          "segments wait in its own interface rather than being dropped there. pepd beside the router is "
+          "one more sender into the emulator's queue: with TCP between the gateways (`gateways-study-q10`) its window overflows the "
           "10-packet queue as the hosts' large windows do, and most of the gateways' lead is gone; paced "
           "at the T1 rate (`gateways-study-q10-paced`, pepd's rate-based leg, the stand-in for a sender "
           "that owns its port) the gateways fill the T1 again."),

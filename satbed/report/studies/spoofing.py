@@ -406,7 +406,8 @@ def _growth(condition: str, view: str, packets: int, flows: int):
 
 def _views_apart(condition: str, packets: int, flows: int):
     def value(rows: list[CellRow]) -> float | None:
-        s, r = _gain(condition, "sender_bps", packets, flows)(rows), _gain(condition, "receiver_bps", packets, flows)(rows)
+        s = _gain(condition, "sender_bps", packets, flows)(rows)
+        r = _gain(condition, "receiver_bps", packets, flows)(rows)
         return None if s is None or r is None else abs(s - r)
     return value
 
