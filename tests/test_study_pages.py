@@ -121,3 +121,25 @@ def test_a_page_without_its_marker_is_one_line(tmp_path):
     p.write_text("# no marker\n")
     with pytest.raises(SatbedError, match="no line"):
         globalhawk.write_page([SPLIT], str(p), "test")
+
+
+def test_the_study_conditions_reach_the_cells():
+    """What the pages compare is what the cells run: the sender opens the
+    spoofing study's connection, and the split-gateway study's variants set
+    the T1 queue and the hosts' profiles."""
+    from satbed.model import experiment
+
+    spoof = experiment.load(os.path.join(REPO, "experiments", "spoofing-claims.yaml"), ["tcp"])
+    by_variant = {c.params["variant"]: c.config for c in spoof.cells}
+    assert by_variant["end-to-end"]["endpoints"] == ["h1", "h5"]
+    assert by_variant["end-to-end"]["direction"] == "download"
+    for v in ("sender-opens-spoofed", "ns2-iw1-end-to-end", "slow-internet-spoofed"):
+        assert by_variant[v]["endpoints"] == ["h5", "h1"] and by_variant[v]["direction"] == "upload", v
+    assert by_variant["ns2-iw1-end-to-end"]["profiles"]["h5"] == "ns2-reno-sack-iw1"
+    assert by_variant["sender-opens-spoofed"]["profiles"]["h5"] == "reno-sack-1500"    # the scenario's own
+
+    split = experiment.load(os.path.join(REPO, "scenarios", "split-gateways.yaml"), ["ftp"])
+    cells = {c.params["variant"]: c for c in split.cells}
+    for variant in split_gateways.STUDY_VARIANTS.values():
+        assert cells[variant].params["queue"] == 10, variant
+    assert cells["large-windows-study-q10"].config["profiles"]["server"] == "large-windows-195k-reno"
