@@ -172,7 +172,12 @@ def spoofing_tables(rows: list[CellRow], out: str | None = None) -> dict:
 
 
 def page(out: str, rows: list[CellRow]) -> list[str]:
-
+    # The study's figures are drawn for one condition: a matrix with several
+    # (experiments/spoofing-claims.yaml) is drawn for today's, and its study
+    # page (`satbed study-page`) sets the conditions side by side.
+    conditions = {condition_of(r) for r in rows}
+    if len(conditions) > 1:
+        rows = [r for r in rows if condition_of(r) == "today"]
     tab = spoofing_tables(rows, out)
     if not tab:
         return [f"<h2>{NAME}</h2><p>No measured cells yet.</p>"]
@@ -181,6 +186,9 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
     pkts = [max(1, round(s / PACKET)) for s in sizes]
     parts = [f"<h2>{NAME} with cross traffic (the study's figures, our runs)</h2>",
              _spoof_config(out, rows)]
+    if len(conditions) > 1:
+        parts.append(f"<p>This matrix runs {len(conditions)} conditions ({', '.join(sorted(conditions))}); the "
+                     "figures are today's. `satbed study-page` sets them side by side.</p>")
 
     # Figure 5: throughput vs size, four curves, one panel per competing-flow count.
     fig, axes = plt.subplots(1, len(flows), figsize=(5 * len(flows), 4), squeeze=False)
