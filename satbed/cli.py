@@ -209,7 +209,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_study_page(args: argparse.Namespace) -> int:
-    """The Global Hawk study's page, its generated part rewritten from stored runs."""
+    """A study's page, its generated part rewritten from stored runs: the Global
+    Hawk study's, or the page of a study plug-in (satbed/report/studies) named by --page."""
     # Results outside the working tree are named by their directory's name: the page is published.
     shown = [os.path.basename(os.path.normpath(d)) if os.path.relpath(d).startswith("..") else os.path.relpath(d)
              for d in args.dirs]
@@ -354,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "capture point (default: around the first retransmission)")
     rp.set_defaults(fn=cmd_report, needs_root=False)
 
-    sp = sub.add_parser("study-page", help="rewrite docs/studies/global-hawk.md's results from stored matrix runs")
+    sp = sub.add_parser("study-page", help="rewrite a study page's results (docs/studies/global-hawk.md, or a "
+                        "study plug-in's page such as docs/studies/ack-reservation.md) from stored matrix runs")
     sp.add_argument("dirs", nargs="+", metavar="DIR", help="the --out directories of `satbed matrix` runs")
     sp.add_argument("--page", default="docs/studies/global-hawk.md", help="the page (its part below the marker "
                     "line is rewritten; figures go to a directory of the page's name)")

@@ -136,8 +136,9 @@ def parse(doc: dict, path: str) -> Scenario:
 
 
 # Where a dotted path may point: what a sweep (matrix axes) or `satbed run --set`
-# changes beyond the matrix parameters.
-PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "topology")
+# changes beyond the matrix parameters. workload.main.between: which end opens
+# the connection (the client tool runs on the first host).
+PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "workload.main.between", "topology")
 
 
 def check_path(path: str) -> str:

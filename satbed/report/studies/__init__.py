@@ -12,6 +12,7 @@ our set-up departs from the study's."""
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 from satbed.results.store import CellRow
@@ -32,6 +33,12 @@ def discover() -> list[Study]:
 def study_of(rows: list[CellRow]) -> Study | None:
     """The study whose cells these are, if any."""
     return next((s for s in discover() if rows and s.recognises(rows)), None)
+
+
+def for_page(page: str) -> Study | None:
+    """The study whose page (docs/studies/DOC.md) this is, if it writes one."""
+    stem = os.path.splitext(os.path.basename(page))[0]
+    return next((s for s in discover() if s.doc == stem and s.results), None)
 
 
 def pages(out: str, rows: list[CellRow]) -> list[str]:

@@ -16,6 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.figures import data_uri, png
+from satbed.core.files import write_text
 from satbed.results.store import CellRow
 
 from ..common import mean_ci
@@ -25,10 +26,17 @@ from ..common import mean_ci
 class Study:
     """A published study a matrix can reproduce. `recognises` tells its
     cells apart from any other matrix's; `page` draws the study's own
-    figures from them as HTML sections (out: the matrix directory)."""
+    figures from them as HTML sections (out: the matrix directory).
+
+    `doc` names the study's page, docs/studies/DOC.md, and `results` writes
+    its generated part for `satbed study-page`: given the stored runs'
+    directories, their measured cells and the directory for the page's
+    figures, the page's markdown lines below its run table."""
     name: str                                           # the paper's short name, the page's heading
     recognises: Callable[[list[CellRow]], bool]
     page: Callable[[str, list[CellRow]], list[str]]
+    doc: str = ""
+    results: Callable[[list[str], list[CellRow], str], list[str]] | None = None
 
 
 def scenario_of(rows: list[CellRow]) -> str | None:
@@ -40,6 +48,59 @@ def scenario_of(rows: list[CellRow]) -> str | None:
 def from_scenario(stem: str) -> Callable[[list[CellRow]], bool]:
     """Recognises the cells of scenarios/STEM.yaml."""
     return lambda rows: scenario_of(rows) == stem
+
+
+def _revision(cell: str) -> dict:
+    try:
+        with open(os.path.join(cell, "environment.json"), encoding="utf-8") as f:
+            return json.load(f).get("git") or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def stored_revisions(d: str) -> list[dict]:
+    """The revisions (environment.json's git) that stored_per_cell kept for
+    the cells of the run in d, one per cell."""
+    found = []
+    for path in glob.glob(os.path.join(d, "*.json")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict):
+            found += [v["git"] for v in doc.values() if isinstance(v, dict) and isinstance(v.get("git"), dict)]
+    return found
+
+
+def stored_per_cell(dirs: list[str], rows: list[CellRow], name: str,
+                    compute: Callable[[str, CellRow], dict | None]) -> dict[str, dict]:
+    """Per-cell figures a study page needs that results.sqlite does not hold
+    (they come from captures, traces and records), by cell hash. They are
+    kept beside results.sqlite as NAME.json: computed from a cell's
+    directory where it is present (and the file updated), read from the
+    file where only the stored results are, as under docs/studies/ where a
+    run is kept without its captures."""
+    found: dict[str, dict] = {}
+    for d in dirs:
+        path = os.path.join(d, f"{name}.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                kept = json.load(f)
+        except (OSError, ValueError):
+            kept = {}
+        changed = False
+        for r in rows:
+            cell = os.path.join(d, "cells", r.hash)
+            # A cell measured again (--retry) keeps its hash: its finish time tells the runs apart.
+            fresh = (kept.get(r.hash) or {}).get("finished") == r.finished
+            if not fresh and os.path.isdir(cell) and (v := compute(cell, r)) is not None:
+                kept[r.hash] = {**v, "finished": r.finished, "git": _revision(cell)}
+                changed = True
+        if changed:
+            write_text(path, json.dumps(kept, separators=(",", ":"), sort_keys=True) + "\n")
+        found.update(kept)
+    return found
 
 
 def mean_ci_or_none(values: list[float]) -> tuple[float | None, float | None]:

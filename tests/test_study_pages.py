@@ -1,0 +1,145 @@
+"""The split-gateway and TCP spoofing study pages (`satbed study-page`,
+each study's `results` and its headlines), from stored matrix runs:
+tests/data/split-gateways-page and tests/data/spoofing-page hold the cells
+of the real runs the pages are made from (`satbed matrix
+scenarios/split-gateways.yaml`, `satbed matrix
+experiments/spoofing-claims.yaml`), each cell's metrics and configuration
+cut down to what the pages read, and the cells' revisions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+from satbed.core.errors import SatbedError
+from satbed.report import globalhawk, studies
+from satbed.report.studies import spoofing, split_gateways
+
+from satbed_testlib import REPO, satbed
+
+DATA = os.path.join(REPO, "tests", "data")
+SPLIT = os.path.join(DATA, "split-gateways-page")
+SPOOF = os.path.join(DATA, "spoofing-page")
+HEAD = "# The page\n\nProse above the marker, kept as written.\n\n"
+
+
+def page_in(tmp_path, name: str) -> str:
+    p = tmp_path / name
+    p.write_text(HEAD + globalhawk.MARKER + "\nstale numbers\n")
+    return str(p)
+
+
+def generated_rows(page: str) -> list[list[str]]:
+    """The headline rows of a generated page, as lists of cells."""
+    text = open(page).read()
+    head, generated = text.split(globalhawk.MARKER)
+    assert head == HEAD and "stale numbers" not in generated
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in generated.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+
+
+def stored(fixture: str, **params) -> list[dict]:
+    """The metrics of the measured cells with these parameters (None: not set)."""
+    db = sqlite3.connect(os.path.join(fixture, "results.sqlite"))
+    return [json.loads(m) for p, m in db.execute("SELECT params, metrics FROM cells WHERE status IN ('ok', 'limited')")
+            if all(json.loads(p).get(k) == v for k, v in params.items())]
+
+
+def test_the_split_gateway_page_is_written_from_the_stored_cells(tmp_path):
+    page = page_in(tmp_path, "split-gateways.md")
+    cp = satbed("study-page", SPLIT, "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rows = generated_rows(page)
+    assert len(rows) == len(split_gateways._headlines())
+    # Row 3, large windows: today's and the study's link throughput as the captures stored them.
+    for column, variant in ((3, "large-windows"), (4, "large-windows-study-q10")):
+        (m,) = stored(SPLIT, variant=variant)
+        sat = next(v for v, c in m["captures"].items() if c["node"] == "sat")
+        want = m["analysis"][sat]["main"]["summary"]["throughput_bps"] / 1e3
+        assert rows[2][column].startswith(f"{want:.0f} kbit/s ("), rows[2]
+    # Every row has a value in both conditions: no "no cell" left.
+    assert all("no cell" not in r[3] and "no cell" not in r[4] for r in rows), rows
+    assert "`scenarios/split-gateways.yaml`" in open(page).read()
+
+
+def test_a_verdict_follows_the_numbers(tmp_path):
+    """The verdicts are computed: large windows at 850 kbit/s would agree with the paper."""
+    copy = tmp_path / "copy"
+    shutil.copytree(SPLIT, copy)
+    db = sqlite3.connect(copy / "results.sqlite")
+    for h, p, m in db.execute("SELECT hash, params, metrics FROM cells").fetchall():
+        if json.loads(p).get("variant") == "large-windows":
+            m = json.loads(m)
+            for a in m["analysis"].values():
+                a["main"]["summary"]["throughput_bps"] = 850e3
+            db.execute("UPDATE cells SET metrics = ? WHERE hash = ?", (json.dumps(m), h))
+    db.commit()
+    db.close()
+    cells, _ = globalhawk.load_cells([str(copy)])
+    row = split_gateways._headlines()[2]
+    assert row.holds(row.today(cells.rows))
+    original, _ = globalhawk.load_cells([SPLIT])
+    assert not row.holds(row.today(original.rows))
+
+
+def test_the_spoofing_page_is_written_from_the_stored_cells(tmp_path):
+    page = page_in(tmp_path, "tcp-spoofing.md")
+    cp = satbed("study-page", SPOOF, "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    rows = generated_rows(page)
+    assert len(rows) == len(spoofing._headlines())
+    # Row 3: the sender's gain for one packet, no competing flow, from the stored views.
+    # Today the user pulls the file (a download); under the study's conditions, for the
+    # sender's view, the sender opens the connection (an upload from h5) with ns-2's
+    # one-segment initial window on the end hosts.
+    for column, direction, profile in ((3, "download", None), (4, "upload", "ns2-reno-sack-iw1")):
+        def mean_sender(pep: str) -> float:
+            values = [m["end_to_end_throughput"]["sender_bps"]
+                      for m in stored(SPOOF, size=spoofing.PACKET, direction=direction, pep=pep,
+                                      **{spoofing.FLOWS: 0, "profiles.h5": profile, "links.inet.rate": None})]
+            assert len(values) == 3
+            return sum(values) / len(values)
+        want = (mean_sender("pepd") - mean_sender("none")) / mean_sender("none") * 100
+        assert rows[2][column].startswith(f"{want:+.0f} % ("), rows[2]
+    assert all("no cell" not in r[3] and "no cell" not in r[4] for r in rows), rows
+
+
+def test_each_study_is_found_by_its_page_and_recognises_its_cells():
+    for fixture, page, module in ((SPLIT, "docs/studies/split-gateways.md", split_gateways),
+                                  (SPOOF, "docs/studies/tcp-spoofing.md", spoofing)):
+        assert studies.for_page(page) is module.STUDY
+        cells, _ = globalhawk.load_cells([fixture])
+        assert studies.study_of(cells.rows) is module.STUDY
+
+
+def test_a_page_without_its_marker_is_one_line(tmp_path):
+    p = tmp_path / "split-gateways.md"
+    p.write_text("# no marker\n")
+    with pytest.raises(SatbedError, match="no line"):
+        globalhawk.write_page([SPLIT], str(p), "test")
+
+
+def test_the_study_conditions_reach_the_cells():
+    """What the pages compare is what the cells run: the sender opens the
+    spoofing study's connection, and the split-gateway study's variants set
+    the T1 queue and the hosts' profiles."""
+    from satbed.model import experiment
+
+    spoof = experiment.load(os.path.join(REPO, "experiments", "spoofing-claims.yaml"), ["tcp"])
+    by_variant = {c.params["variant"]: c.config for c in spoof.cells}
+    assert by_variant["end-to-end"]["endpoints"] == ["h1", "h5"]
+    assert by_variant["end-to-end"]["direction"] == "download"
+    for v in ("sender-opens-spoofed", "ns2-iw1-end-to-end", "slow-internet-spoofed"):
+        assert by_variant[v]["endpoints"] == ["h5", "h1"] and by_variant[v]["direction"] == "upload", v
+    assert by_variant["ns2-iw1-end-to-end"]["profiles"]["h5"] == "ns2-reno-sack-iw1"
+    assert by_variant["sender-opens-spoofed"]["profiles"]["h5"] == "reno-sack-1500"    # the scenario's own
+
+    split = experiment.load(os.path.join(REPO, "scenarios", "split-gateways.yaml"), ["ftp"])
+    cells = {c.params["variant"]: c for c in split.cells}
+    for variant in split_gateways.STUDY_VARIANTS.values():
+        assert cells[variant].params["queue"] == 10, variant
+    assert cells["large-windows-study-q10"].config["profiles"]["server"] == "large-windows-195k-reno"
