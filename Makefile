@@ -18,7 +18,7 @@ DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest 
         ansible-core ansible-lint \
         bridge-utils net-tools \
         mkdocs mkdocs-material \
-        python3-pytest-xdist python3-pytest-timeout tshark
+        python3-pytest-xdist python3-pytest-timeout tshark slurm-client
 
 GO_BINARIES := satemu pepd saratoga trafficgen
 BIN := $(CURDIR)/bin

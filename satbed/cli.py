@@ -30,6 +30,7 @@ from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.settings import Settings
 from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
+from satbed.execution.slurm import SlurmExecutor
 from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
@@ -174,7 +175,13 @@ def cmd_check_link(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.partition and args.executor != "slurm":
+        raise SatbedError("--partition goes with --executor slurm")
+    executor = SlurmExecutor(args.partition) if args.executor == "slurm" else None
     exp = matrix.load(args.file, args.backend, args.repetitions, args.variant or ())
+    if args.fidelity and executor is not None:
+        doc = fidelity.node_fidelity(exp, args.out, executor)
+        return 0 if doc["agree"] else 1
     if args.fidelity:
         fidelity.fidelity(exp, args.out, args.jobs, backend=args.backend)
         return 0
@@ -184,10 +191,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         return 0
     try:
         counts = supervisor.run_matrix(exp, args.out, args.jobs, args.backend, retry=args.retry,
-                                       batch=not args.no_batch)
+                                       batch=not args.no_batch, executor=executor)
     except KeyboardInterrupt:
-        print("satbed: interrupted; running cells stopped, testbeds removed; run again to resume",
-              file=sys.stderr)
+        print("satbed: interrupted; running cells stopped" + (", the Slurm array cancelled" if executor else
+              ", testbeds removed") + "; run again to resume", file=sys.stderr)
         return 130
     rows = supervisor.rows_of(exp, args.out)
     print(summary.terminal_summary(rows, reference=exp.reference), file=sys.stderr)
@@ -334,6 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"), help="testbed backend")
     m.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")
     m.add_argument("--retry", action="store_true", help="rerun failed and timed-out cells too")
+    m.add_argument("--executor", default="local", choices=("local", "slurm"),
+                   help="where cells run: child processes here (local), or the tasks of a Slurm job array on "
+                        "the lab's nodes (slurm; --out on a filesystem the nodes share, docs/guide/slurm.md)")
+    m.add_argument("--partition", default="", help="with --executor slurm: the Slurm partition (default: the "
+                   "cluster's default)")
     m.add_argument("--variant", action="append", metavar="NAME",
                    help="only this variant's cells (repeatable; default: every variant of the file)")
     m.add_argument("--no-batch", action="store_true",
@@ -342,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--repetitions", type=int, default=None, metavar="N",
                    help="runs per combination, overriding the file's repetitions:")
     m.add_argument("--fidelity", action="store_true",
-                   help="benchmark: the first cell alone vs beside the other cells the matrix would run with it")
+                   help="benchmark: the first cell alone vs beside the other cells the matrix would run with it; "
+                        "with --executor slurm: the first cell on two nodes, agreeing within 2%%")
     m.add_argument("--estimate", nargs="+", metavar="DB",
                    help="print the wall time estimate of FILE from cells measured in these results.sqlite")
     m.set_defaults(fn=cmd_matrix)

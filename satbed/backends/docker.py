@@ -70,7 +70,6 @@ def pep_device_args() -> list[str]:
     return [a for d in PEP_DEVICES if os.path.exists(d) for a in ("--device", d)]
 
 
-
 @dataclass(frozen=True)
 class ImageSpec:
     """One image: its Dockerfile and the repository files its build needs
@@ -82,6 +81,7 @@ class ImageSpec:
     parent: str | None = "base"             # another ImageSpec, or None for the Debian base
     requires: tuple[str, ...] = ()           # files a lab must supply; absent: skipped
     build_args: tuple[str, ...] = ()         # environment variables passed as --build-arg
+    default: bool = True                     # built by `make images` (False, a Slurm node: only when named)
 
     @property
     def repo(self) -> str:
@@ -104,6 +104,7 @@ IMAGES: tuple[ImageSpec, ...] = (
     ImageSpec("pep-scps", "pep/images/scps/Dockerfile",
               ("pep/images/scps/Dockerfile", *PEP_FILES, "pep/images/scps/gateway"),
               requires=("pep/images/scps/gateway",), build_args=("SCPS_DEBS",)),
+    ImageSpec("slurm", "docker/slurm/Dockerfile", ("docker/slurm/Dockerfile", "docker/slurm/node.sh"), default=False),
 )
 
 
@@ -274,7 +275,7 @@ def build_images(names: list[str] | None = None, log=print, force: bool = False)
     """Build the images (all by default) whose inputs changed; returns
     name -> tag (satbed/<name>:<hash>). Also tags each :latest. Images whose
     lab-supplied binary is absent are skipped with a note."""
-    wanted = [spec(n) for n in names] if names else list(IMAGES)
+    wanted = [spec(n) for n in names] if names else [s for s in IMAGES if s.default]
     # Parents first, and a requested child pulls in its parent.
     order: list[ImageSpec] = []
 

@@ -27,6 +27,7 @@ WORKER = "satbed.worker"    # the child's entry point (a module run with -m)
 TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and `clean`
 CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
 EXIT_FILE = "cell.exit"     # its exit status, written as it ends
+NODE_FILE = "cell.node"     # {"node", ...}: the machine that ran it, when not this one (a Slurm task's)
 
 
 @dataclass
@@ -114,6 +115,16 @@ def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     terminal reaches only the parent, which then stops children in order."""
     if running_child(cell_dir):
         raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
+    write_cell(cell, cell_dir, backend)
+    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"))
+    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
+    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
+        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
+    return child
+
+
+def write_cell(cell: Cell, cell_dir: str, backend: str) -> None:
+    """A fresh cell directory holding only its cell.json (what a worker runs)."""
     if os.path.isdir(cell_dir):
         shutil.rmtree(cell_dir)     # leftovers of an interrupted attempt
     os.makedirs(os.path.dirname(cell_dir), exist_ok=True)
@@ -121,11 +132,16 @@ def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
     with open(os.path.join(cell_dir, "cell.json"), "w", encoding="utf-8") as f:
         json.dump({"params": cell.params, "repetition": cell.repetition, "config": cell.config,
                    "hash": cell.hash, "backend": backend}, f, indent=2, sort_keys=True, default=str)
-    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"))
-    # Who runs the cell, so a matrix resumed after this one was killed adopts it.
-    with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
-        json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
-    return child
+
+
+def read_node(cell_dir: str) -> dict:
+    """Where a cell ran, as its task recorded it ({} when it ran here)."""
+    try:
+        with open(os.path.join(cell_dir, NODE_FILE), encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) and isinstance(doc.get("node"), str) else {}
 
 
 def spawn_worker(args: list[str], log_path: str) -> subprocess.Popen:
@@ -146,16 +162,21 @@ def spawn_worker(args: list[str], log_path: str) -> subprocess.Popen:
 def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:
     """The row of child's current cell; rc: the cell's own exit status (a
     batch's cells record theirs), else the child process's."""
+    return collect_cell(child.cell, child.started, cell_dir, child.proc.returncode if rc is None else rc,
+                        status_override)
+
+
+def collect_cell(cell: Cell, started: float, cell_dir: str, rc: int | None,
+                 status_override: str | None = None) -> CellRow:
+    """The row of a cell that ran in cell_dir, whoever ran it; rc: its exit status."""
     finished = time.time()
-    if rc is None:
-        rc = child.proc.returncode
     # result.json with the cell's analysis.json laid over it.
     metrics = run_metrics(cell_dir)
     error = metrics.get("error")
     if status_override:
         # The runner only saw a SIGTERM; say why it came.
         status = status_override
-        error = f"timed out after {child.cell.timeout_s:.0f}s" if status == "timeout" else status
+        error = f"timed out after {cell.timeout_s:.0f}s" if status == "timeout" else status
     elif rc == 0 and not error:
         status = "limited" if metrics.get("time_limited") else "ok"
     elif rc is not None and (rc < 0 or rc >= 128):
@@ -166,10 +187,11 @@ def collect(child: Child, cell_dir: str, status_override: str | None = None, rc:
         if not error and rc == 3:
             error = f"integrity {metrics.get('integrity')}"
         error = error or _log_tail(cell_dir) or f"exit {rc}"
-    return CellRow(hash=child.cell.hash, experiment="", params=child.cell.params, config=child.cell.config,
-                   repetition=child.cell.repetition, status=status, error=error,
-                   goodput_bps=metrics.get("goodput_bps"), metrics=metrics, started=child.started,
-                   finished=finished, seconds=finished - child.started, estimate=child.cell.estimate_s)
+    return CellRow(hash=cell.hash, experiment="", params=cell.params, config=cell.config,
+                   repetition=cell.repetition, status=status, error=error,
+                   goodput_bps=metrics.get("goodput_bps"), metrics=metrics, started=started,
+                   finished=finished, seconds=finished - started, estimate=cell.estimate_s,
+                   node=read_node(cell_dir).get("node") or os.uname().nodename)
 
 
 def _log_tail(cell_dir: str) -> str:

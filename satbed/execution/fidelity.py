@@ -1,5 +1,7 @@
-"""Parallel fidelity (`satbed matrix --fidelity`): does a cell measure the
-same beside the other cells a matrix runs with it as alone?"""
+"""Fidelity checks (`satbed matrix --fidelity`). Parallel: does a cell
+measure the same beside the other cells a matrix runs with it as alone?
+Across nodes (with --executor slurm): does a cell measure the same on two of
+the cluster's nodes, within NODE_AGREEMENT_PCT?"""
 
 from __future__ import annotations
 
@@ -14,8 +16,12 @@ from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
 from satbed.execution.admission import Admission
-from satbed.execution.children import Child, clean_leftovers, collect, spawn, stop_children
+from satbed.execution.children import Child, clean_leftovers, collect, collect_cell, spawn, stop_children
+from satbed.execution.slurm import SlurmExecutor, Task
 from satbed.model.experiment import Cell, Experiment
+from satbed.results.store import CellRow
+
+NODE_AGREEMENT_PCT = 2.0    # two nodes "agree" when their goodputs differ by at most this share
 
 
 def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3, backend: str = "mininet",
@@ -107,6 +113,51 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     print(f"fidelity: {base.label()} with {n:.1f} other cells running ({admit.describe()}): "
           f"alone {human_bps(a)}, with others {human_bps(t)} ({doc['mean_diff_pct']:+.2f}%), "
           f"worst {human_bps(worst)} ({doc['worst_diff_pct']:+.2f}%)")
+    with open(os.path.join(root, "fidelity.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+    return doc
+
+
+def node_fidelity(exp: Experiment, out: str, executor: SlurmExecutor, stream: TextIO = sys.stderr) -> dict:
+    """The first cell once on each of two nodes (pinned, both submitted at
+    once): do their goodputs agree within NODE_AGREEMENT_PCT of the lower?
+    Writes fidelity.json beside the two cells' directories; prints and
+    returns the numbers."""
+    require_root()
+    if not exp.cells:
+        raise SatbedError(f"{exp.file}: no cells")
+    base = exp.cells[0]
+    if base.params["client"] == "ping":
+        raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
+    nodes = executor.nodes()[:2]
+    if len(nodes) < 2:
+        raise SatbedError(f"node fidelity needs two nodes up in {executor.describe()}, found {nodes or 'none'}")
+    root = os.path.join(os.path.abspath(out), "fidelity", time.strftime("%Y%m%d-%H%M%S"))
+    rows: dict[str, CellRow] = {}
+    # Both at once, each on its own node: one job per node (a pinned array runs on that node only).
+    jobs = {n: executor.submit([Task(base, os.path.join(root, n, "cell"))], os.path.join(root, n, "array"),
+                               f"fidelity-{exp.name}", "mininet", node=n) for n in nodes}
+
+    def done(node: str):
+        return lambda cell, started, d, rc, why: rows.__setitem__(node, collect_cell(cell, started, d, rc, why))
+    try:
+        for n in nodes:
+            executor.wait(jobs[n], [Task(base, os.path.join(root, n, "cell"))], done(n))
+    except BaseException:
+        for job in jobs.values():
+            executor.cancel(job)
+        raise
+    bad = [f"{n}: {r.status} {r.error or ''}".strip() for n, r in rows.items() if r.status != "ok" or not r.goodput_bps]
+    if bad:
+        raise SatbedError(f"node fidelity: {'; '.join(bad)} (see {root})")
+    (n1, r1), (n2, r2) = sorted(rows.items())
+    low = min(r1.goodput_bps, r2.goodput_bps)
+    diff = 100 * abs(r1.goodput_bps - r2.goodput_bps) / low
+    doc = {"cell": base.label(), "kind": "nodes", "nodes": {n1: r1.goodput_bps, n2: r2.goodput_bps},
+           "ran_on": {n1: r1.node, n2: r2.node}, "diff_pct": diff, "limit_pct": NODE_AGREEMENT_PCT,
+           "agree": diff <= NODE_AGREEMENT_PCT, "dir": root}
+    print(f"fidelity: {base.label()} on {n1} {human_bps(r1.goodput_bps)}, on {n2} {human_bps(r2.goodput_bps)}: "
+          f"{diff:.2f}% apart, {'within' if doc['agree'] else 'OUTSIDE'} {NODE_AGREEMENT_PCT:g}%")
     with open(os.path.join(root, "fidelity.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
     return doc

@@ -25,8 +25,9 @@ from satbed.core.units import human_bps
 from satbed.execution.admission import Admission, CpuMeter, host_info
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
-                                       read_exit, running_child, signal_child, spawn, stop_children)
+                                       collect_cell, read_exit, running_child, signal_child, spawn, stop_children)
 from satbed.execution.estimate import fmt_s
+from satbed.execution.slurm import SlurmExecutor, array_dir, tasks_for
 from satbed.model import peps, topology
 from satbed.model.config import PepPlacement
 from satbed.model.experiment import Cell, Experiment
@@ -84,10 +85,15 @@ class Progress:
 
 
 def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str = "mininet",
-               retry: bool = False, stream=sys.stderr, batch: bool = True) -> dict:
+               retry: bool = False, stream=sys.stderr, batch: bool = True,
+               executor: SlurmExecutor | None = None) -> dict:
     """Run every cell not already done; returns counts. Raises KeyboardInterrupt
-    after stopping all children when interrupted."""
+    after stopping all children when interrupted. With an executor the cells
+    run as its tasks (one cell each) instead of children of this process."""
     require_root()
+    if executor is not None and (jobs is not None or backend != "mininet"):
+        raise SatbedError("--executor slurm runs each cell on a node's namespaces, one per task its node "
+                          "offers: no --jobs, no --backend")
     if jobs is not None and jobs < 1:
         raise SatbedError(f"--jobs must be at least 1, got {jobs}")
     if backend == "ansible":
@@ -105,26 +111,28 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
         lock.close()
         raise SatbedError(f"another `satbed matrix` is running with --out {out}") from None
     try:
-        return _run_locked(exp, out, jobs, backend, retry, stream, batch)
+        return _run_locked(exp, out, jobs, backend, retry, stream, batch, executor)
     finally:
         lock.close()
 
 
 def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry: bool, stream,
-                batch: bool = True) -> dict:
+                batch: bool = True, executor: SlurmExecutor | None = None) -> dict:
     host = host_info()
+    if executor is not None:
+        executor.check_free(out)
     with Store(os.path.join(out, "results.sqlite")) as store:
         todo, skipped, adopted = [], 0, []
         for cell in exp.cells:
             row = store.get(cell.hash)
             if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
-            elif live := running_child(os.path.join(out, "cells", cell.hash)):
+            elif executor is None and (live := running_child(os.path.join(out, "cells", cell.hash))):
                 adopted.append((cell, live))
             else:
                 todo.append(cell)
         # Never started, stored with the reason: the next run asks again.
-        missing = unavailable(todo, backend)
+        missing = unavailable(todo, backend) if executor is None else {}
         for cell in todo:
             if cell.hash in missing:
                 store.put(CellRow(hash=cell.hash, experiment=exp.name, params=cell.params, config=cell.config,
@@ -143,7 +151,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
                      f"{len(todo)} to run"
                      + (f", {len(missing)} unavailable here (not run: their PEP is not installed)" if missing else "")
-                     + f" ({admit.describe()}"
+                     + f" ({admit.describe() if executor is None else executor.describe()}"
                      + (f"; {batched} of them in {sum(len(b) > 1 for b in pending)} batches sharing a testbed"
                         if batched else "") + f") into {out}\n")
         for reason, n in Counter(missing.values()).most_common():
@@ -162,7 +170,9 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         last_spawn = -SPAWN_GAP_S
 
         def record(ch: Child, cell_dir: str, override: str | None = None, rc: int | None = None) -> None:
-            row = collect(ch, cell_dir, override, rc)
+            put(ch.cell, collect(ch, cell_dir, override, rc))
+
+        def put(cell: Cell, row: CellRow) -> None:
             row.experiment = exp.name
             store.put(row)
             counts[row.status] = counts.get(row.status, 0) + 1
@@ -173,7 +183,21 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                          f"{row.metrics.get('bytes_expected', 0) / 1e6:.0f} MB in the time limit)")
             elif row.status != "ok":
                 note = f"{note} {row.error or ''}".strip()
-            progress.finished(ch.cell, row.status, row.seconds or 0.0, note[:160])
+            progress.finished(cell, row.status, row.seconds or 0.0, note[:160])
+
+        if executor is not None:
+            try:
+                if todo:
+                    executor.run(tasks_for(todo, out), array_dir(out), exp.name, backend,
+                                 lambda cell, started, d, rc, why: put(cell, collect_cell(cell, started, d, rc, why)),
+                                 on_poll=lambda: progress.draw([], []))
+                outcome = "complete"
+            finally:
+                progress.close()
+                store.end_run(run_id, outcome)
+            stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
+                         f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
+            return counts
 
         def collect_finished(ch: Child) -> None:
             """A batch's cells that wrote their exit status, in order."""

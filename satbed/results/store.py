@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS cells (
     finished    REAL,
     seconds     REAL,
     estimate    REAL,               -- what the scheduler expected, for the ETA
-    attempts    INTEGER NOT NULL DEFAULT 1
+    attempts    INTEGER NOT NULL DEFAULT 1,
+    node        TEXT                -- the machine that ran it (a Slurm node's name, else this host's)
 );
 CREATE TABLE IF NOT EXISTS runs (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -54,7 +55,7 @@ CREATE TABLE IF NOT EXISTS runs (
 # The store's format (SQLite's user_version): 0 for stores written before it
 # was set (the same shape), raised when the shape changes. A store of a newer
 # format, or of another shape, is refused in one line rather than misread.
-STORE_FORMAT = 1
+STORE_FORMAT = 2           # 2: cells.node
 LATEST_EPOCH_S = 1e11       # year 5138: a timestamp beyond it is damage, and beyond what gmtime takes
 
 # Statuses that count as done: a resumed run skips them (unless retrying).
@@ -84,6 +85,7 @@ class CellRow:
     seconds: float | None = None
     estimate: float | None = None
     attempts: int = 1
+    node: str | None = None
 
 
 class Store:
@@ -102,6 +104,10 @@ class Store:
             # Databases written before runs had a reference gain the column.
             if "reference" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}:
                 self.db.execute("ALTER TABLE runs ADD COLUMN reference TEXT")
+            # Format 1 stores gain the node each cell ran on (unknown for their rows).
+            cells_columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
+            if cells_columns == {f.name for f in dataclasses.fields(CellRow)} - {"node"}:
+                self.db.execute("ALTER TABLE cells ADD COLUMN node TEXT")
             self.db.commit()
             # A database of another shape (or a damaged one) fails here, not mid-matrix.
             columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
@@ -137,11 +143,11 @@ class Store:
         attempts = old.attempts + (row.status != UNAVAILABLE) if old else row.attempts
         self.db.execute(
             "INSERT OR REPLACE INTO cells (hash, experiment, params, config, repetition, status, error,"
-            " goodput_bps, metrics, started, finished, seconds, estimate, attempts)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " goodput_bps, metrics, started, finished, seconds, estimate, attempts, node)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (row.hash, row.experiment, _dump(row.params), _dump(row.config), row.repetition, row.status,
              row.error, row.goodput_bps, _dump(row.metrics), row.started, row.finished, row.seconds,
-             row.estimate, attempts))
+             row.estimate, attempts, row.node))
         self.db.commit()
 
     def cells(self, status: str | None = None) -> list[CellRow]:
@@ -216,6 +222,8 @@ def _row(cur: sqlite3.Cursor, r: tuple, path: str = "results.sqlite") -> CellRow
         v = doc.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
             raise SatbedError(f"{where}: damaged ({k} {v!r})")
+    if not isinstance(doc.get("node"), (str, type(None))):
+        raise SatbedError(f"{where}: damaged (node {doc.get('node')!r})")
     params = doc["params"]
     if params and not (isinstance(params.get("client", ""), str) and isinstance(params.get("pep", ""), str)):
         raise SatbedError(f"{where}: damaged (params)")
