@@ -21,8 +21,8 @@ from satbed_testlib import ROOT_REASON, root_links
 from satbed.backends import docker
 
 # Fixtures that build a testbed (module-scoped ones shared by a file's tests).
-TESTBED_FIXTURES = {"rtt_runs", "testbed", "images", "fixture_image", "hostile_image", "bed"}
-DOCKER_FIXTURES = {"images", "fixture_image", "hostile_image", "bed"}
+TESTBED_FIXTURES = {"rtt_runs", "testbed", "images", "fixture_image", "hostile_image", "bed", "slurm_cluster"}
+DOCKER_FIXTURES = {"images", "fixture_image", "hostile_image", "bed", "slurm_cluster"}
 DOCKER_MODULES = {"test_docker.py", "test_confinement.py", "test_ansible.py"}
 
 # Tests that run `satbed clean` (which takes every dead owner's testbed, not only
@@ -46,6 +46,7 @@ SERIAL = (
 # Testbed tests over about a minute each on 2 cores (pytest --durations).
 SLOW = (
     "test_ansible.py::",
+    "test_slurm.py::",
     "test_matrix.py::test_smoke_runs_in_parallel_resumes_and_reports",
     "test_confinement.py::test_a_hostile_pep",
 )
@@ -84,9 +85,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # One worker takes a Docker module's tests: its module-scoped `images` fixture
         # then checks (and, after a change to an image's sources, builds) the images
         # once, not once per worker at the same time.
-        if module == "test_ansible.py":
-            # One set of five machines per module: its tests share one worker.
-            item.add_marker(pytest.mark.xdist_group("ansible"))
+        if module in ("test_ansible.py", "test_slurm.py"):
+            # One set of machines (or one Slurm cluster) per module: its tests share one worker.
+            item.add_marker(pytest.mark.xdist_group(module.split("_")[1].split(".")[0]))
         elif module in DOCKER_MODULES and testbed:
             item.add_marker(pytest.mark.xdist_group("docker"))
         elif item.get_closest_marker("serial"):

@@ -307,7 +307,8 @@ def test_boot_units(bed, tmp_path):
 @needs_ansible
 @pytest.mark.skipif(shutil.which("ansible-lint") is None, reason="ansible-lint missing")
 def test_ansible_lint_passes():
-    cp = subprocess.run(["ansible-lint", "--offline", "--nocolor", "playbooks/site.yml"], capture_output=True,
+    cp = subprocess.run(["ansible-lint", "--offline", "--nocolor", "playbooks/site.yml", "playbooks/slurm.yml"],
+                        capture_output=True,
                         text=True, timeout=300, cwd=REPO, env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-4000:]
 
