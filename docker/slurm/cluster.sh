@@ -1,7 +1,8 @@
 #!/bin/sh
 # A Slurm test cluster in containers: one slurmctld and N slurmd nodes
-# (satbed/slurm image, privileged: each node builds its cells' namespaces and
-# runs satemu itself), the repository mounted read-only and DIR shared by all
+# (satbed/slurm image; each node builds its cells' namespaces and runs satemu
+# itself, so it has every capability the host's bounding set allows, as
+# --privileged would, where that set lacks some), the repository mounted read-only and DIR shared by all
 # at the same paths as on the host, as a lab's shared filesystem is. The
 # submit host (this machine) reaches slurmctld on loopback only.
 #   docker/slurm/cluster.sh up NAME DIR N    start it; prints the SLURM_CONF to use
@@ -70,19 +71,35 @@ up) [ $# -eq 4 ] || usage; n=$4 ;;
 esac
 
 docker image inspect "$image" >/dev/null 2>&1 || "$here/docker/build-images.sh" slurm >/dev/null
-trap 'down "$name" "$dir"' INT TERM
+# Whatever stops it half-way (an error, Ctrl-C) takes the half-built cluster down.
+trap 'down "$name" "$dir"' EXIT
+trap 'exit 130' INT TERM
 down "$name" "$dir"
 mkdir -p "$dir/etc" "$dir/munge" "$dir/shared"
 [ -s "$dir/etc/munge.key" ] || { umask 077; head -c 1024 /dev/urandom > "$dir/etc/munge.key"; }
 # A free loopback port for slurmctld (the same number inside and out).
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# --privileged where the host allows every capability; else each it allows
+# (a VM's may lack some, and runc then refuses --privileged).
+last=$(cat /proc/sys/kernel/cap_last_cap)
+full=$(( (1 << (last + 1)) - 1 ))
+bnd=$(( 0x$(awk '/^CapBnd/ {print $2}' /proc/self/status) ))
+if [ "$bnd" -eq "$full" ]; then
+	caps=--privileged
+else
+	caps="--cap-add ALL --security-opt seccomp=unconfined --security-opt apparmor=unconfined"
+	caps="$caps --security-opt systempaths=unconfined"
+	for c in $(capsh --decode="$(printf '%x' $(( full & ~bnd )))" | sed 's/.*=//' | tr ',' ' '); do
+		caps="$caps --cap-drop $(echo "${c#cap_}" | tr a-z A-Z)"
+	done
+fi
 docker network create --label "$label=$name" "$name-net" >/dev/null
 common="--label $label=$name --network $name-net -v $dir:$dir"
 docker run -d --name "$name-ctl" --hostname ctl --network-alias ctl $common \
 	-p "127.0.0.1:$port:$port" -v "$dir/munge:/run/munge" "$image" >/dev/null
 i=1
 while [ "$i" -le "$n" ]; do
-	docker run -d --privileged --name "$name-node$i" --hostname "node$i" --network-alias "node$i" $common \
+	docker run -d $caps --name "$name-node$i" --hostname "node$i" --network-alias "node$i" $common \
 		-v "$here:$here:ro" "$image" >/dev/null
 	i=$((i + 1))
 done
@@ -110,4 +127,5 @@ until [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" -eq "$n" ];
 	fi
 	sleep 1
 done
+trap - EXIT
 echo "$SLURM_CONF"

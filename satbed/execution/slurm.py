@@ -40,7 +40,7 @@ CANCEL_WAIT_S = 60              # after scancel, for the tasks to stop
 # through REQUEUED or PENDING instead).
 ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
-KEEP = ("cell.json",)           # what a requeued task keeps of its cell's directory
+KEEP = ("cell.json", "matrix.log")    # what a requeued task keeps of its cell's directory
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,10 @@ class SlurmExecutor:
     def submit(self, tasks: list[Task], array_dir: str, name: str, backend: str, node: str = "") -> str:
         """The tasks as one array job (on `node` alone when given); its job id."""
         paths.private_dir(array_dir)
-        for t in tasks:
+        for i, t in enumerate(tasks):
             write_cell(t.cell, t.cell_dir, backend)
+            # The task's Slurm output, where the parent looks for a failed cell's last line.
+            os.symlink(os.path.join(array_dir, f"{i}.log"), os.path.join(t.cell_dir, "matrix.log"))
         with open(os.path.join(array_dir, TASKS_FILE), "w", encoding="utf-8") as f:
             json.dump([t.cell_dir for t in tasks], f, indent=1)
         limit_min = math.ceil(max(t.cell.timeout_s for t in tasks) / 60) + 2

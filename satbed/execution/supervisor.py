@@ -147,7 +147,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         parallel = admit.parallel(todo)
         run_id = store.begin_run(exp.name, os.path.abspath(exp.file), jobs or 0, len(exp.cells), skipped, host,
                                  reference=exp.reference)
-        batched = sum(len(b) for b in pending if len(b) > 1)
+        batched = sum(len(b) for b in pending if len(b) > 1) if executor is None else 0
         stream.write(f"satbed matrix: {exp.name}: {len(exp.cells)} cells, {skipped} already done, "
                      f"{len(todo)} to run"
                      + (f", {len(missing)} unavailable here (not run: their PEP is not installed)" if missing else "")
