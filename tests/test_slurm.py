@@ -40,7 +40,7 @@ LONG = """name: slurm-long
 description: one tcp cell of about 20 s, for killing its node
 repetitions: 1
 timeout: 180
-fixed: {client: tcp, pep: none, emulator: userspace, rate: 1mbit, size: 2M, direction: download, ber: 0,
+fixed: {pep: none, emulator: userspace, rate: 1mbit, size: 2M, direction: download, ber: 0,
         captures: none, analyze: false, rtt: 600}
 axes:
   client: [tcp]
@@ -156,6 +156,7 @@ def test_a_node_killed_mid_cell_has_its_cell_requeued_on_the_other(slurm_cluster
     killed = ""
     try:
         def running_cell():
+            assert parent.poll() is None, parent.communicate()[1][-2000:]
             try:
                 [h] = os.listdir(os.path.join(out, "cells"))
             except (FileNotFoundError, ValueError):

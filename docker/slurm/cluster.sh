@@ -24,7 +24,7 @@ down() {
 	rm -rf "$2/munge"
 }
 
-conf() {	# conf CTL_ADDR PORT N [AuthInfo]
+conf() {	# conf CTL_ADDR PORT N "" [more AuthInfo]
 	cat <<CONF
 ClusterName=satbed
 SlurmctldHost=ctl($1)
@@ -33,7 +33,8 @@ SlurmdPort=6818
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-${5:+AuthInfo=$5}
+# A requeued task waits cred_expire before it may start again (default 120 s).
+AuthInfo=cred_expire=10${5:+,$5}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none

@@ -78,7 +78,7 @@ class SlurmExecutor:
         """One array per results directory: refuse while an earlier matrix's still runs."""
         prev = _read_json(os.path.join(out, JOB_FILE))
         job = str(prev.get("job", "")) if isinstance(prev, dict) else ""
-        if job and self.states(job):
+        if job and any(state not in ENDED for state, _ in self.states(job).values()):
             raise SatbedError(f"Slurm job {job} of an earlier matrix on {out} is still queued or running: "
                               f"wait for it, or `scancel {job}`, then run the matrix again")
 
