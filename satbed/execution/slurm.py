@@ -40,6 +40,10 @@ CANCEL_WAIT_S = 60              # after scancel, for the tasks to stop
 # through REQUEUED or PENDING instead).
 ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+# How a task that ended without its exit status is stored: a lost node or a
+# cancel is no result (a resumed matrix runs the cell again), anything else failed.
+ENDED_AS = {"TIMEOUT": "timeout", "CANCELLED": "interrupted", "NODE_FAIL": "interrupted",
+            "PREEMPTED": "interrupted", "BOOT_FAIL": "interrupted"}
 KEEP = ("cell.json", "matrix.log")    # what a requeued task keeps of its cell's directory
 
 
@@ -61,7 +65,7 @@ class SlurmExecutor:
     The Slurm client tools find the cluster as they do for the lab's users
     (/etc/slurm/slurm.conf, or SLURM_CONF)."""
     partition: str = ""
-    poll_s: float = 2.0
+    poll_s: float = 1.0
 
     def describe(self) -> str:
         return f"Slurm partition {self.partition}" if self.partition else "Slurm's default partition"
@@ -155,7 +159,7 @@ class SlurmExecutor:
                         # or its worker died. Wait out the shared filesystem first.
                         ended_at.setdefault(i, time.monotonic())
                         if time.monotonic() - ended_at[i] > GONE_GRACE_S:
-                            why = {"TIMEOUT": "timeout", "CANCELLED": "interrupted"}.get(state)
+                            why = ENDED_AS.get(state)
                             record(t.cell, _started(t.cell_dir, submitted), t.cell_dir, 1 if why is None else None,
                                    why)
                             del left[i]
