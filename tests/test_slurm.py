@@ -2,8 +2,9 @@
 slurmd nodes with munge, in containers (docker/slurm/cluster.sh), this
 machine the submit host with Debian's Slurm client tools. A small matrix runs
 across both nodes with each cell's node recorded and resumes; a cell measured
-on both nodes agrees within 2%; a node killed mid-cell has its cell requeued
-and finished on the other node. Where Slurm or Docker is missing these tests
+on both nodes agrees within 2%; Ctrl-C cancels the array and the matrix
+resumes; a node killed mid-cell has its cell requeued and finished on the
+other node. Where Slurm or Docker is missing these tests
 fail (conftest's CI allow-list has no skip for them)."""
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def test_a_matrix_spreads_over_the_nodes_records_them_and_resumes(slurm_cluster)
 
 @needs_root
 def test_a_cell_measures_the_same_on_two_nodes(slurm_cluster):
-    exp = _experiment(slurm_cluster, SMALL.replace("rtt: [0, 100]", "rtt: [100]"), "fidelity")
+    exp = _experiment(slurm_cluster, SMALL.replace("rtt: [0, 100]", "rtt: [0]"), "fidelity")
     out = os.path.join(slurm_cluster["root"], "shared", "fidelity")
     cp = satbed("matrix", exp, "--out", out, "--executor", "slurm", "--fidelity", env=slurm_cluster["env"],
                 timeout=300)
@@ -145,27 +146,64 @@ def _wait(what, predicate, timeout: float):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _start(cluster: dict, exp: str, out: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": REPO, **cluster["env"]}
+    return subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--out", out, "--executor", "slurm"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def _mid_cell(parent: subprocess.Popen, out: str) -> str:
+    """The hash of the one cell once a node runs it, its testbed up."""
+    def running_cell():
+        assert parent.poll() is None, parent.communicate()[1][-2000:]
+        try:
+            [h] = os.listdir(os.path.join(out, "cells"))
+        except (FileNotFoundError, ValueError):
+            return None
+        d = os.path.join(out, "cells", h)
+        return h if os.path.exists(os.path.join(d, "cell.node")) and os.path.exists(os.path.join(d, "config.json")) \
+            else None
+    h = _wait("the cell to start on a node", running_cell, 120)
+    time.sleep(3)
+    return h
+
+
+@needs_root
+def test_ctrl_c_cancels_the_array_and_the_matrix_resumes(slurm_cluster):
+    exp = _experiment(slurm_cluster, LONG, "interrupted")
+    out = os.path.join(slurm_cluster["root"], "shared", "interrupted")
+    parent = _start(slurm_cluster, exp, out)
+    try:
+        _mid_cell(parent, out)
+        with open(os.path.join(out, slurm.JOB_FILE), encoding="utf-8") as f:
+            job = json.load(f)["job"]
+        parent.send_signal(signal.SIGINT)
+        _, stderr = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert parent.returncode == 130, stderr[-2000:]
+    # The array is cancelled, not left running on the nodes.
+    q = subprocess.run(["squeue", "-h", "-r", "-j", job, "--states=all", "-o", "%T"], capture_output=True, text=True,
+                       timeout=30, env={**os.environ, **slurm_cluster["env"]})
+    assert q.returncode == 0 and set(q.stdout.split()) == {"CANCELLED"}, q.stdout + q.stderr
+    [row] = _rows(out)
+    assert row.status == "interrupted"
+    again = satbed("matrix", exp, "--out", out, "--executor", "slurm", env=slurm_cluster["env"], timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "0 already done, 1 to run" in again.stderr
+    [row] = _rows(out)
+    assert row.status == "ok" and row.metrics.get("integrity") == "ok"
+
+
 @needs_root
 def test_a_node_killed_mid_cell_has_its_cell_requeued_on_the_other(slurm_cluster):
     exp = _experiment(slurm_cluster, LONG, "long")
     out = os.path.join(slurm_cluster["root"], "shared", "long")
-    env = {**os.environ, "PYTHONPATH": REPO, **slurm_cluster["env"]}
-    parent = subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--out", out, "--executor",
-                               "slurm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              cwd=REPO)
-    killed = ""
+    parent = _start(slurm_cluster, exp, out)
     try:
-        def running_cell():
-            assert parent.poll() is None, parent.communicate()[1][-2000:]
-            try:
-                [h] = os.listdir(os.path.join(out, "cells"))
-            except (FileNotFoundError, ValueError):
-                return None
-            node = os.path.join(out, "cells", h, "cell.node")
-            # Mid-cell: its testbed is up and the transfer under way.
-            return h if os.path.exists(node) and os.path.exists(os.path.join(out, "cells", h, "config.json")) else None
-        h = _wait("the cell to start on a node", running_cell, 120)
-        time.sleep(3)
+        h = _mid_cell(parent, out)
         with open(os.path.join(out, "cells", h, "cell.node"), encoding="utf-8") as f:
             killed = json.load(f)["node"]
         subprocess.run(["docker", "kill", f"{slurm_cluster['name']}-{killed}"], check=True, timeout=60,
