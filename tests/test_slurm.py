@@ -21,7 +21,9 @@ import time
 import pytest
 
 from satbed_testlib import REPO, needs_root, satbed
+from satbed.core.errors import SatbedError
 from satbed.execution import slurm
+from satbed.results import store
 from satbed.results.store import Store
 
 CLUSTER = os.path.join(REPO, "docker", "slurm", "cluster.sh")
@@ -87,6 +89,48 @@ def _experiment(cluster: dict, text: str, name: str) -> str:
 def _rows(out: str) -> list:
     with Store(os.path.join(out, "results.sqlite")) as store:
         return store.cells()
+
+
+# ------------------------------------------------------------ no cluster needed
+
+def test_a_format_1_store_gains_the_node_column_and_keeps_its_rows(tmp_path):
+    path = str(tmp_path / "results.sqlite")
+    db = sqlite3.connect(path)
+    assert " node " not in store_schema_v1()
+    db.executescript(store_schema_v1())
+    db.execute("INSERT INTO cells (hash, experiment, params, config, repetition, status) "
+               "VALUES ('h1', 'e', '{}', '{}', 0, 'ok')")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with Store(path) as opened:
+        [row] = opened.cells()
+        assert row.hash == "h1" and row.node is None
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def store_schema_v1() -> str:
+    """The format 1 shape: today's, less the node column."""
+    return store.SCHEMA.replace(",\n    node        TEXT                -- the machine that ran it "
+                                "(a Slurm node's name, else this host's)", "")
+
+
+def test_a_requeued_task_clears_what_its_lost_attempt_left(tmp_path):
+    cell = tmp_path / "cells" / "abc"
+    (cell / "logs").mkdir(parents=True)
+    (cell / "cell.json").write_text("{}")
+    (cell / "result.json").write_text("half")
+    (cell / "logs" / "x").write_text("half")
+    (tmp_path / "array").mkdir()
+    (tmp_path / "array" / slurm.TASKS_FILE).write_text(json.dumps([str(cell)]))
+    env = {"SLURM_ARRAY_TASK_ID": "0", "SLURMD_NODENAME": "node2", "SLURM_RESTART_COUNT": "1",
+           "SLURM_ARRAY_JOB_ID": "7"}
+    assert slurm.prepare_task(str(tmp_path / "array"), env) == str(cell)
+    assert sorted(os.listdir(cell)) == ["cell.json", "cell.node"]
+    doc = json.loads((cell / "cell.node").read_text())
+    assert (doc["node"], doc["restarts"], doc["job"]) == ("node2", 1, "7")
+    with pytest.raises(SatbedError, match="no cell for array task"):
+        slurm.prepare_task(str(tmp_path / "array"), {**env, "SLURM_ARRAY_TASK_ID": "1"})
 
 
 @needs_root
