@@ -121,3 +121,15 @@ def test_a_time_sequence_figure_needs_its_cell_or_its_earlier_drawing(tmp_path):
     open(os.path.join(figures, f"tsg-{row.hash}-lan_a.png"), "wb").write(b"png")
     out = globalhawk._tsg_figures(globalhawk.Cells([row]), figures)
     assert f"![Figure 2: FTP without a PEP, Client A's side](global-hawk/tsg-{row.hash}-lan_a.png)" in out
+
+
+def test_a_stored_run_is_read_without_being_changed(tmp_path):
+    """The page reads the stores kept in the repository read-only: an older
+    store format is read as it is, never upgraded in place."""
+    import hashlib
+    before = {name: hashlib.sha256(open(os.path.join(FIXTURE, name), "rb").read()).hexdigest()
+              for name in os.listdir(FIXTURE)}
+    assert satbed("study-page", FIXTURE, "--page", page_in(tmp_path), timeout=120).returncode == 0
+    after = {name: hashlib.sha256(open(os.path.join(FIXTURE, name), "rb").read()).hexdigest()
+             for name in os.listdir(FIXTURE)}
+    assert after == before

@@ -142,7 +142,7 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     for p in store_paths:
         if not os.path.isfile(p):
             raise SatbedError(f"no results database {p}")
-        with Store(p) as s:
+        with Store(p, read_only=True) as s:
             found = [r for r in s.cells() if r.seconds and r.params.get("client") != "ping"
                      and r.status in ("ok", "limited", "failed", "timeout")]
         for r in found:

@@ -354,6 +354,6 @@ def rows_of(exp: Experiment, out: str) -> list[CellRow]:
     path = os.path.join(os.path.abspath(out), "results.sqlite")
     if not os.path.exists(path):
         return []
-    with Store(path) as store:
+    with Store(path, read_only=True) as store:
         found = {r.hash: r for r in store.cells()}
     return [found[c.hash] for c in exp.cells if c.hash in found]

@@ -7,8 +7,15 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
+import shutil
 import statistics
+from pathlib import Path
 
+from analysis.report import redraw
+from analysis.run import run_window
+from analysis.tsg import Window
+from satbed.results.metrics import read_analysis
 from satbed.results.store import MEASURED, CellRow
 
 
@@ -95,3 +102,22 @@ def html_table(headers: list[str], body: list[list[str]], raw: bool = False) -> 
     rows = "".join("<tr>" + "".join(f"<td>{c if raw else html.escape(str(c))}</td>" for c in row) + "</tr>"
                    for row in body)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def draw_tsg_window(run: str, vantage: str, png_path: str, seconds: float) -> str | None:
+    """The time-sequence graph of one capture point of a stored cell, `seconds`
+    from the middle of its main connection (past slow start), copied to
+    png_path; what went wrong, or None."""
+    analysis = (read_analysis(run) or {}).get("analysis") or {}
+    main = (analysis.get(vantage) or {}).get("main") or {}
+    if main.get("first_packet") is None or main.get("last_packet") is None:
+        return f"the cell has no {vantage} analysis of its transfer"
+    origin, _ = run_window(analysis, None)
+    middle = (main["first_packet"] + main["last_packet"]) / 2 - origin
+    origin, window = run_window(analysis, Window(start=max(0.0, middle - seconds / 2), duration=seconds))
+    graphs, problem = redraw(Path(run), vantage, analysis[vantage], window, origin)
+    if problem or "tsg_window" not in graphs:
+        return problem or "tcptrace drew no time-sequence graph"
+    os.makedirs(os.path.dirname(png_path), exist_ok=True)
+    shutil.copyfile(os.path.join(run, "analysis", vantage, graphs["tsg_window"]), png_path)
+    return None

@@ -74,7 +74,7 @@ def build(out: str) -> str:
     db = os.path.join(out, "results.sqlite")
     if not os.path.exists(db):
         raise SatbedError(f"{out}: no results.sqlite (run `satbed matrix FILE --out {out}` first)")
-    with Store(db) as store:
+    with Store(db, read_only=True) as store:
         rows = store.cells()
         runs = store.runs()
     write_csv(os.path.join(out, "results.csv"), rows)

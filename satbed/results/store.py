@@ -16,6 +16,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from satbed.core.errors import SatbedError
 
@@ -89,10 +90,17 @@ class CellRow:
 
 
 class Store:
-    def __init__(self, path: str):
+    """results.sqlite. A store opened for writing is created or brought to
+    STORE_FORMAT; one opened read_only (reports, study pages, estimates) is
+    never changed, so reading a run kept in the repository leaves it as it is."""
+
+    def __init__(self, path: str, read_only: bool = False):
         self.path = path
         if os.path.exists(path) and not os.path.isfile(path):
             raise SatbedError(f"{path}: not a regular file, not a satbed results database")
+        if read_only:
+            self._open_read_only(path)
+            return
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         try:
             self.db = sqlite3.connect(path, timeout=30)
@@ -120,6 +128,24 @@ class Store:
             if version < STORE_FORMAT:
                 self.db.execute(f"PRAGMA user_version = {STORE_FORMAT}")
                 self.db.commit()
+        except sqlite3.Error as e:
+            raise SatbedError(f"{path} is not a readable satbed results database ({e})") from None
+
+    def _open_read_only(self, path: str) -> None:
+        if not os.path.isfile(path):
+            raise SatbedError(f"{path}: no such results database")
+        try:
+            self.db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True, timeout=30)
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > STORE_FORMAT:
+                raise SatbedError(f"{path}: a results database of format {version}, newer than this satbed's "
+                                  f"({STORE_FORMAT}): use the satbed that wrote it")
+            columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
+            want = {f.name for f in dataclasses.fields(CellRow)}
+            if columns not in (want, want - {"node"}):     # format 1 lacks the node: read as unknown
+                raise SatbedError(f"{path}: not a satbed results database (its cells table has columns "
+                                  f"{', '.join(sorted(columns ^ want)) or 'none'} that format {STORE_FORMAT} does not)")
+            self.db.execute("SELECT hash, params, config, status, metrics FROM cells LIMIT 1").fetchall()
         except sqlite3.Error as e:
             raise SatbedError(f"{path} is not a readable satbed results database ({e})") from None
 
