@@ -103,31 +103,37 @@ def _recovery(suffix: str) -> Callable[[Runs, str], float | None]:
 HEADLINES = (
     Headline("Table I, (175, 1)", "without ACK reservation the source is slow to recover: throughput as a "
              "fraction of the link (at most 0.75)", "0.492", _throughput(PLAIN), "", lambda x: abs(x - 0.492) <= 0.08,
-             "Today pepd's full buffer closes the source's window: the source keeps its congestion window "
-             "through the outage and resumes as soon as the window reopens, so nothing is lost. The study's "
-             "source alone changes little. Dropping its packets while the buffer is full, as the study's "
-             "access node did, makes it time out and back off through the outage: this is the row's cause."),
+             "Two causes tested. The source's TCP is ruled out: the study's source behind pepd's flow control "
+             "does as well as today's. The access node's drops are ruled in: pepd's full buffer closes the "
+             "source's window, so the source keeps its congestion window through the outage and resumes when "
+             "the window reopens; dropping what it sends while the link is down, as the study's full buffer "
+             "did, brings the study's throughput back."),
     Headline("Table I, (175, 1)", "recovery after an outage without ACK reservation (s; mean over the "
              "outages, one never recovered from counted as 30 s)", "11.6", _recovery(PLAIN), "s",
              lambda x: 0.5 * 11.6 <= x <= 1.5 * 11.6,
-             "As above: flow control leaves only the satellite leg's own restart (pepd's RTO capped at 1 s, "
-             "then a slow start on a 0.5 s round trip); with drops the source's backed-off RTO decides when "
-             "it sends again."),
+             "Under flow control only the satellite leg's own restart remains (pepd's RTO capped at 1 s, then "
+             "a slow start on a 0.5 s round trip). With drops the source's retransmission timer, doubled at "
+             "each timeout through the outage, decides when it sends again, seconds after link-up; where that "
+             "timer falls depends on its starting value and its growth, which the paper gives only as MaxRto, "
+             "so the stall is reproduced and its length is of the same order, not the same."),
     Headline("Table I, (175, 0.95)", "with ACK reservation at K = 0.95: throughput as a fraction of the link",
              "0.726", _throughput(RESERVED), "", lambda x: abs(x - 0.726) <= 0.08,
-             "pepd reserves window, not acknowledgements: it stops reading once the buffer holds K·B and "
-             "reopens the window at link-up. A source whose packets were dropped has nothing acknowledged "
-             "to resume with and waits for its retransmission timer, so the reservation cannot restart it."),
+             "With flow control the reservation's throughput is reached without it (row 1, today). Under the "
+             "study's drops pepd's reservation does not restore it: pepd reserves window, not "
+             "acknowledgements (the kernel acknowledges whatever it accepts, and pepd only decides when to "
+             "read), so at link-up it can reopen the window but cannot acknowledge anything the source is "
+             "still waiting on; the source waits for its retransmission timer as without K."),
     Headline("Table I, (175, 0.95)", "recovery with ACK reservation (s)", "2.67", _recovery(RESERVED), "s",
              lambda x: 0.5 * 2.67 <= x <= 1.5 * 2.67,
-             "Under flow control the recovery is the satellite leg's restart, with or without K; under drops "
-             "it is the source's timer, with or without K."),
+             "Under flow control the recovery is the satellite leg's restart, with or without K, and matches "
+             "the paper's; under drops it is the source's timer, with or without K (row 3)."),
     Headline("Section VI", "ACK reservation improves throughput by nearly 50% (K = 0.95 over no "
              "reservation at B = 175)", "1.48x", lambda runs, cond: runs.gain(cond), "x",
              lambda x: x >= 1.25,
-             "Without drops there is no stall for the reservation to cure (the gain is about 1x); with drops "
-             "pepd's reservation cannot cure it, since what it holds back is window, not acknowledgements "
-             "of data the source still has outstanding."),
+             "Not reproduced, and the experiments say why: without drops there is no stall for the reservation "
+             "to cure, and with them pepd's reservation cannot cure it (row 3). The study's gain needs an "
+             "access node that holds back real acknowledgements of buffered data, which a proxy on Linux "
+             "sockets cannot send or withhold."),
 )
 
 
