@@ -3,7 +3,7 @@ Kim, "Enhancing TCP Splitting in Satellite-Terrestrial Networks via ACK
 Reservation", IEEE GLOBECOM 2003): the headline of its Table I, a split
 connection through 10 s outages with and without the reservation, beside
 satbed's runs under three conditions: today's source flow-controlled by
-pepd, the study's source (ns-2 Reno) flow-controlled by pepd, and the
+pepd, the study's source (Reno without SACK) flow-controlled by pepd, and the
 study's source and access node (its packets dropped while the buffer is
 full). docs/studies/ack-reservation.md is written from the stored runs.
 
@@ -29,7 +29,7 @@ NAME = "ACK reservation"
 
 # The conditions, as the scenario's variants name them (without the B/K suffix).
 CONDITIONS = (("today", "satbed today: this kernel's Reno with SACK, pepd's flow control"),
-              ("study-source", "the study's source (ns-2 Reno, no SACK, MaxRto 50 s), pepd's flow control"),
+              ("study-source", "the study's source (Reno, no SACK, MaxRto 50 s), pepd's flow control"),
               ("study-drops", "the study's conditions: that source, and its packets dropped while the "
                               "access node's buffer is full"))
 PLAIN, RESERVED = "B175", "B175-K0.95"       # Table I's rows (175, 1) and (175, 0.95)
