@@ -375,11 +375,16 @@ def _cell_figures(cell: str, row: CellRow) -> dict | None:
             "gen": _generator_summary(cell), "timing": _emulator_timing(cell)}
 
 
-# The study's conditions, as the scenario's variants name them; the verdict column reads the second.
-CONDITIONS = (("today-q40", "satbed today: this kernel's TCP (CUBIC, SACK, autotuned windows), router queue 40"),
-              ("study-hosts-q40", "the study's hosts (NetBSD 1.3's TCP as far as Linux goes), router queue 40"),
-              ("study-hosts-q100", "the study's hosts, router queue 100"))
-VERDICT = "study-hosts-q40"
+# The study's conditions, as the scenario's variants name them; the verdict column reads VERDICT's.
+CONDITIONS = (("today-q40", "satbed today: this kernel's TCP (CUBIC, SACK, autotuned windows), router queue 40, "
+                            "12 connections/s"),
+              ("study-hosts-q40", "the study's hosts (NetBSD 1.3's TCP as far as Linux goes), router queue 40, "
+                                  "12 connections/s"),
+              ("study-hosts-q100", "the study's hosts, router queue 100, 12 connections/s"),
+              ("today-q40-load6", "today's TCP, router queue 40, 6 connections/s"),
+              ("study-hosts-q40-load6", "the study's conditions as far as they are known: the study's hosts, "
+                                        "router queue 40, 6 connections/s (the study's error-free utilisation)"))
+VERDICT = "study-hosts-q40-load6"
 
 
 def _median(values: list[float]) -> float | None:
@@ -478,7 +483,7 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
     for r in rows:
         reps[r.params.get("variant")] = reps.get(r.params.get("variant"), 0) + 1
     lines = ["### The headline beside satbed's", "",
-             "Conditions, each a variant of `scenarios/multiflow-ber.yaml` (no PEP, load 12 connections/s):", "",
+             "Conditions, each a variant of `scenarios/multiflow-ber.yaml` (no PEP):", "",
              *[f"- `{c}`: {label} ({reps.get(c, 0)} run{'s' if reps.get(c, 0) != 1 else ''})."
                for c, label in CONDITIONS], "",
              "Each BER class holds the 5 s intervals whose highest BER fell in that decade (five per decade "
