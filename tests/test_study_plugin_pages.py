@@ -102,6 +102,9 @@ def test_the_acts_page_is_written_from_the_stored_run(tmp_path):
     want = statistics.median(u for d, u, _ in c["intervals"] if d == "1e-9") * 100
     line = next(x for x in generated.splitlines() if x.startswith("| `study-hosts-q40` |"))
     assert line.split("|")[2].strip() == f"{want:.0f}", line
+    # 1e-5: bytes the link sent, corrupted ones included (the study's routers counted them too).
+    at5 = statistics.median(u for d, u, _ in c["intervals"] if d == "1e-5") * 100
+    assert line.split("|")[6].strip() == f"{at5:.0f}", line
     rows = headline_rows(generated)
     assert rows[0][5].startswith(f"{want:.0f}%"), rows[0]     # the study-hosts-q40 column
     assert os.path.getsize(tmp_path / "acts-multiflow" / "cdfs.png") > 10_000
