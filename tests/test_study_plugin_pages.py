@@ -69,7 +69,7 @@ def test_the_ack_reservation_page_is_written_from_the_stored_run(tmp_path):
     rows = headline_rows(generated)
     assert len(rows) == len(ack_reservation.HEADLINES)
     # Row 1: Table I's throughput without reservation; columns today, study's source, study's conditions.
-    for col, variant in ((4, "today-B175"), (5, "study-source-B175"), (6, "study-drops-B175")):
+    for col, variant in ((4, "pepd-B175"), (5, "study-source-B175"), (6, "study-drops-B175")):
         want = stored(run, "ack-reservation", variant)["throughput_fraction"]
         assert rows[0][col].startswith(f"{want:.3f} ("), rows[0]
     assert all("no cell" not in c for row in rows for c in row[4:8]), rows

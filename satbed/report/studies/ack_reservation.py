@@ -27,8 +27,9 @@ from .base import Study, from_scenario, stored_per_cell
 
 NAME = "ACK reservation"
 
-# The conditions, as the scenario's variants name them (without the B/K suffix).
-CONDITIONS = (("today", "satbed today: this kernel's Reno with SACK, pepd's flow control"),
+# The conditions, as the scenario's variants name them (without the B/K suffix): today's are the
+# sweep's own pepd rows.
+CONDITIONS = (("pepd", "satbed today: Linux Reno with SACK (`reno-sack-1500`), pepd's flow control"),
               ("study-source", "the study's source (Reno, no SACK, MaxRto 50 s), pepd's flow control"),
               ("study-drops", "the study's conditions: that source, and its packets dropped while the "
                               "access node's buffer is full"))
@@ -224,7 +225,7 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
         f"One run per cell ({reps} repetition{'s' if reps > 1 else ''}): differences of a few hundredths "
         "are noise. Conditions, each a pair of the scenario's variants (B = 175 packets, without and with "
         "K = 0.95, the paper's Table I rows):", "",
-        *[f"- `{cond}`: {label}." for cond, label in CONDITIONS], "",
+        *[f"- `{cond}-{PLAIN}`, `{cond}-{RESERVED}`: {label}." for cond, label in CONDITIONS], "",
         "A verdict says whether satbed's number matches the paper's (throughput within 0.08 of the link, "
         "recovery within half either way of the paper's, the gain at least 1.25x).", "",
         *_headline_table(runs), "",
