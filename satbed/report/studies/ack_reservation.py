@@ -24,6 +24,8 @@ from analysis.figures import plt, png
 from satbed.results.store import CellRow
 
 from .base import Study, from_scenario, stored_per_cell
+from .headlines import Headline
+from .headlines import table as headline_table
 
 NAME = "ACK reservation"
 
@@ -83,7 +85,7 @@ class Runs:
 
 
 @dataclass
-class Headline:
+class Claim:
     where: str
     says: str
     paper: str
@@ -101,15 +103,15 @@ def _recovery(suffix: str) -> Callable[[Runs, str], float | None]:
     return lambda runs, cond: runs.recovery(f"{cond}-{suffix}")
 
 
-HEADLINES = (
-    Headline("Table I, (175, 1)", "without ACK reservation the source is slow to recover: throughput as a "
+CLAIMS = (
+    Claim("Table I, (175, 1)", "without ACK reservation the source is slow to recover: throughput as a "
              "fraction of the link (at most 0.75)", "0.492", _throughput(PLAIN), "", lambda x: abs(x - 0.492) <= 0.08,
              "Two causes tested. The source's TCP is ruled out: the study's source behind pepd's flow control "
              "does as well as today's. The access node's drops are ruled in: pepd's full buffer closes the "
              "source's window, so the source keeps its congestion window through the outage and resumes when "
              "the window reopens; dropping what it sends while the link is down, as the study's full buffer "
              "did, brings the study's throughput back."),
-    Headline("Table I, (175, 1)", "recovery after an outage without ACK reservation (s; mean over the "
+    Claim("Table I, (175, 1)", "recovery after an outage without ACK reservation (s; mean over the "
              "outages, one never recovered from counted as 30 s)", "11.6", _recovery(PLAIN), "s",
              lambda x: 0.5 * 11.6 <= x <= 1.5 * 11.6,
              "Under flow control only the satellite leg's own restart remains (pepd's RTO capped at 1 s, then "
@@ -117,18 +119,18 @@ HEADLINES = (
              "each timeout through the outage, decides when it sends again, seconds after link-up; where that "
              "timer falls depends on its starting value and its growth, which the paper gives only as MaxRto, "
              "so the stall is reproduced and its length is of the same order, not the same."),
-    Headline("Table I, (175, 0.95)", "with ACK reservation at K = 0.95: throughput as a fraction of the link",
+    Claim("Table I, (175, 0.95)", "with ACK reservation at K = 0.95: throughput as a fraction of the link",
              "0.726", _throughput(RESERVED), "", lambda x: abs(x - 0.726) <= 0.08,
              "With flow control the reservation's throughput is reached without it (row 1, today). Under the "
              "study's drops pepd's reservation does not restore it: pepd reserves window, not "
              "acknowledgements (the kernel acknowledges whatever it accepts, and pepd only decides when to "
              "read), so at link-up it can reopen the window but cannot acknowledge anything the source is "
              "still waiting on; the source waits for its retransmission timer as without K."),
-    Headline("Table I, (175, 0.95)", "recovery with ACK reservation (s)", "2.67", _recovery(RESERVED), "s",
+    Claim("Table I, (175, 0.95)", "recovery with ACK reservation (s)", "2.67", _recovery(RESERVED), "s",
              lambda x: 0.5 * 2.67 <= x <= 1.5 * 2.67,
              "Under flow control the recovery is the satellite leg's restart, with or without K, and matches "
              "the paper's; under drops it is the source's timer, with or without K (row 3)."),
-    Headline("Section VI", "ACK reservation improves throughput by nearly 50% (K = 0.95 over no "
+    Claim("Section VI", "ACK reservation improves throughput by nearly 50% (K = 0.95 over no "
              "reservation at B = 175)", "1.48x", lambda runs, cond: runs.gain(cond), "x",
              lambda x: x >= 1.25,
              "Not reproduced, and the experiments say why: without drops there is no stall for the reservation "
@@ -148,19 +150,26 @@ def _fmt(v: float | None, unit: str) -> str:
     return f"{v:.3f}"
 
 
-def _verdict(h: Headline, v: float | None) -> str:
+def _verdict(h: Claim, v: float | None) -> str:
     return "" if v is None else ("agrees" if h.holds(v) else "**disagrees**")
 
 
-def _headline_table(runs: Runs) -> list[str]:
-    study = CONDITIONS[-1][0]
-    lines = ["| # | where | the paper says | the paper | satbed today | the study's source only | "
-             "the study's conditions | agree (study's conditions) | why |", "|---|---|---|---|---|---|---|---|---|"]
-    for i, h in enumerate(HEADLINES, 1):
-        values = [h.value(runs, cond) for cond, _ in CONDITIONS]
-        shown = [_fmt(v, h.unit) + (f" ({_verdict(h, v)})" if v is not None else "") for v in values]
-        lines.append(f"| {i} | {h.where} | {h.says} | {h.paper} | " + " | ".join(shown)
-                     + f" | {_verdict(h, h.value(runs, study)) or 'no cell'} | {h.why} |")
+def _headlines(runs: Runs) -> tuple[Headline, ...]:
+    """The claims in the shared headline table: today's condition and the study's."""
+    today, study = CONDITIONS[0][0], CONDITIONS[-1][0]
+    return tuple(Headline(f"{c.where}: {c.says}", c.paper, lambda _rows, c=c: c.value(runs, today),
+                          lambda _rows, c=c: c.value(runs, study), lambda v, c=c: _fmt(v, c.unit), c.holds, c.why)
+                 for c in CLAIMS)
+
+
+def _conditions_table(runs: Runs) -> list[str]:
+    """Every claim under every condition: the causes tested one by one."""
+    lines = ["| # | the paper | " + " | ".join(f"`{cond}`" for cond, _ in CONDITIONS) + " |",
+             "|---|---|" + "---|" * len(CONDITIONS)]
+    for i, c in enumerate(CLAIMS, 1):
+        values = [c.value(runs, cond) for cond, _ in CONDITIONS]
+        shown = [_fmt(v, c.unit) + (f" ({_verdict(c, v)})" if v is not None else "") for v in values]
+        lines.append(f"| {i} | {c.paper} | " + " | ".join(shown) + " |")
     return lines
 
 
@@ -221,14 +230,18 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
     reps = max((r.repetition for r in runs.rows), default=0) + 1
     chart = _trace_figure(runs, figures)
     return [
-        "### The headline beside satbed's", "",
+        "### The paper's headlines beside satbed's", "",
         f"One run per cell ({reps} repetition{'s' if reps > 1 else ''}): differences of a few hundredths "
         "are noise. Conditions, each a pair of the scenario's variants (B = 175 packets, without and with "
         "K = 0.95, the paper's Table I rows):", "",
         *[f"- `{cond}-{PLAIN}`, `{cond}-{RESERVED}`: {label}." for cond, label in CONDITIONS], "",
         "A verdict says whether satbed's number matches the paper's (throughput within 0.08 of the link, "
         "recovery within half either way of the paper's, the gain at least 1.25x).", "",
-        *_headline_table(runs), "",
+        *headline_table(_headlines(runs), runs.rows), "",
+        "### Each condition", "",
+        "The same claims under every condition, the study's source alone included (the first cause "
+        "tested):", "",
+        *_conditions_table(runs), "",
         "### The cells", "",
         "Recovery: from link-up until the source sends 90% of the link's payload rate over the window "
         "(its LAN capture). Throughput: data reaching `dst` over whole 40 s cycles from the first "
