@@ -130,7 +130,9 @@ def schedule(run: Path, config: dict, result: dict) -> Schedule | None:
     clock = result.get("schedule_clock_wall_s")
     if clock is None:
         return None
-    for name, link in (config.get("links") or {}).items():
+    links = config.get("links") or {}
+    # The satellite link's schedule: a variant may give the terrestrial link the same one.
+    for name, link in sorted(links.items(), key=lambda kv: kv[0] != "sat"):
         d = link.get("a_to_b") or {}
         o = d.get("outage")
         if o:

@@ -85,7 +85,14 @@ def test_recovery_time_over_the_longer_window():
 
 def test_outage_scenario_expands_and_checks_its_keys(tmp_path):
     exp = matrix.load(scenario.find("outage"))
-    assert len(exp.cells) == 26
+    assert len(exp.cells) == 30
+    # The study's access node drops the source's packets during an outage: the terrestrial link
+    # loses them on the satellite link's schedule, and only in those variants.
+    drops = [c.config for c in exp.cells if c.params["variant"].startswith("study-drops")]
+    assert len(drops) == 2 and all(c["links"]["terr"]["a_to_b"]["outage"] == c["links"]["sat"]["a_to_b"]["outage"]
+                                   for c in drops)
+    assert not any(c.config["links"]["terr"]["a_to_b"].get("outage") for c in exp.cells
+                   if not c.params["variant"].startswith("study-drops"))
     cfgs = [c.config for c in exp.cells]
     assert all(c["cwnd_interval_s"] == 0.1 and c["direction"] == "upload" for c in cfgs)
     sat = cfgs[0]["links"]["sat"]["a_to_b"]
@@ -119,3 +126,14 @@ def test_study_page_from_a_run_without_captures_names_the_problem(tmp_path):
     page = outage.study_page(tmp_path / "m")
     assert page is not None and "captures" in page.read_text()
     assert outage.study_page(tmp_path / "empty") is None
+
+
+def test_the_schedule_is_the_satellite_link_s_when_the_terrestrial_link_has_one_too():
+    """The study's drops give `terr` the satellite link's outages; the
+    payload rate that recovery and throughput are measured against stays the
+    satellite link's."""
+    outage_block = {"period_s": 40, "down_s": 10, "offset_s": 10}
+    config = {"links": {"terr": {"a_to_b": {"outage": outage_block, "rate_bps": 30_000_000}},
+                        "sat": {"a_to_b": {"outage": outage_block, "rate_bps": 3_000_000}}}}
+    sched = outage.schedule(None, config, {"schedule_clock_wall_s": 100.0})
+    assert sched is not None and sched.payload_rate == outage.Schedule(100.0, 40, 10, 10, 3_000_000).payload_rate

@@ -220,11 +220,14 @@ def test_a_link_sends_what_enters_it_less_its_own_queue_drops():
 
 def test_studies_are_found_in_their_package_and_recognise_their_scenarios(tmp_path):
     found = {s.name: s for s in studies.discover()}
-    assert set(found) == {"TCP spoofing", "Split gateways", "ACTS multi-flow BER"}
+    assert set(found) == {"TCP spoofing", "Split gateways", "ACTS multi-flow BER", "ACK reservation"}
     spoof = [_spoof_row(0, 1448, 1, False, 0)]
     assert studies.study_of(spoof) is found["TCP spoofing"]
     assert studies.study_of([_split_row(str(tmp_path), 1, "satellite", 500, 840)]) is found["Split gateways"]
     assert studies.study_of([_multiflow_row(str(tmp_path), 2, "none", 0.8, 0.4)]) is found["ACTS multi-flow BER"]
+    outage = CellRow(hash="e" * 16, experiment="outage", params={**BASE, "scenario": "/x/scenarios/outage.yaml"},
+                     config={}, repetition=0, status="limited")
+    assert studies.study_of([outage]) is found["ACK reservation"]
     # No study: the Global Hawk charts are the page; two scenarios mixed are no one study's.
     other = CellRow(hash="f" * 16, experiment="gh", params={**BASE, "size": 1}, config={}, repetition=0,
                     status="ok")
