@@ -66,9 +66,12 @@ images: build
 
 # The default experiment: experiments/quick.yaml on Mininet namespaces, the
 # userspace emulator (tc where the kernel has netem) and pepd; resumable.
+# REPETITIONS=N runs each combination N times instead of the file's 3 (README);
+# the cells are the same ones, so a later run without it adds only the rest.
+REPETITIONS ?=
 experiment: build
 	@# The report is written whatever the cells came to; make fails when a cell did.
-	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick; rc=$$?; \
+	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick $(if $(REPETITIONS),--repetitions $(REPETITIONS)); rc=$$?; \
 	  [ $$rc -eq 130 ] && exit $$rc; \
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
