@@ -76,8 +76,8 @@ experiment: build
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
 # Two tiers (README "Tests"). check: no testbed, no Docker, no matrix; minutes.
-# test: everything once, testbeds shared per module, two xdist workers; the
-# `serial` tests (satbed clean, killed runs) share one worker (--dist loadgroup).
+# test: everything once, testbeds shared per module, two xdist workers, the
+# longest units first (--dist loadgroup); `serial` tests (satbed clean) take turns.
 PYTEST := $(PY) -m pytest -q -rfEs --durations=10
 check: build check-go check-py
 
