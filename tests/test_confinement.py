@@ -105,12 +105,21 @@ def _run_dir(path: pathlib.Path, marker: str | None) -> str:
 
 
 def _spawn(*args: str) -> subprocess.Popen:
+    """Each of these ends as `sleep`: returns once it has (past unshare's,
+    nsenter's or env's exec, its namespace and environment final)."""
     p = subprocess.Popen(list(args), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and netns_inode(p.pid) is None:
+    while time.monotonic() < deadline and (netns_inode(p.pid) is None or _comm(p.pid) != "sleep"):
         time.sleep(0.01)
-    time.sleep(0.1)         # past unshare's exec
     return p
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _alive(p: subprocess.Popen) -> bool:
