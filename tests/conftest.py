@@ -23,6 +23,8 @@ from satbed.backends import docker
 
 # Fixtures that build a testbed (module-scoped ones shared by a file's tests).
 TESTBED_FIXTURES = {"rtt_runs", "testbed", "images", "fixture_image", "hostile_image", "bed"}
+# Module-scoped fixtures that build a testbed and run on it (seconds to minutes).
+SHARED_TESTBEDS = {"rtt_runs", "runs", "testbed", "bed"}
 DOCKER_FIXTURES = {"images", "fixture_image", "hostile_image", "bed"}
 DOCKER_MODULES = {"test_docker.py", "test_confinement.py", "test_ansible.py"}
 
@@ -119,7 +121,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # five Ansible machines, the 100 ms testbed, the 600 ms runs). The Docker
         # modules' `images` fixtures only check the images (a build takes a lock,
         # satbed_testlib.images_lock): their tests spread over the workers.
-        if testbed and module not in ("test_docker.py", "test_confinement.py") and _module_fixtures(item):
+        if set(_module_fixtures(item)) & SHARED_TESTBEDS:
             item.add_marker(pytest.mark.xdist_group(module))
     # Longest work first (--dist loadgroup hands out units in collection order):
     # a long group started last would finish alone after the rest.
