@@ -66,15 +66,18 @@ images: build
 
 # The default experiment: experiments/quick.yaml on Mininet namespaces, the
 # userspace emulator (tc where the kernel has netem) and pepd; resumable.
+# REPETITIONS=N runs each combination N times instead of the file's 3 (README);
+# the cells are the same ones, so a later run without it adds only the rest.
+REPETITIONS ?=
 experiment: build
 	@# The report is written whatever the cells came to; make fails when a cell did.
-	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick; rc=$$?; \
+	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick $(if $(REPETITIONS),--repetitions $(REPETITIONS)); rc=$$?; \
 	  [ $$rc -eq 130 ] && exit $$rc; \
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
 # Two tiers (README "Tests"). check: no testbed, no Docker, no matrix; minutes.
-# test: everything once, testbeds shared per module, two xdist workers; the
-# `serial` tests (satbed clean, killed runs) share one worker (--dist loadgroup).
+# test: everything once, testbeds shared per module, two xdist workers, the
+# longest units first (--dist loadgroup); `serial` tests (satbed clean) take turns.
 PYTEST := $(PY) -m pytest -q -rfEs --durations=10
 check: build check-go check-py
 

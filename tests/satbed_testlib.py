@@ -5,9 +5,12 @@ A module of its own, not conftest: tests/analysis has a conftest too, and
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,3 +33,15 @@ def satbed(*args: str, timeout: float = 600, check: bool = False,
 def root_links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     return {line.split(":")[1].strip() for line in out.splitlines()}
+
+
+# Image builds, one at a time machine-wide: xdist workers (or checkouts) that need
+# the images at once wait for the first build, then find them current.
+IMAGES_LOCK = "/run/lock/satbed-tests-images.lock"
+
+
+@contextlib.contextmanager
+def images_lock() -> Iterator[None]:
+    with open(IMAGES_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

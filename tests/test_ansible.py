@@ -30,7 +30,7 @@ import time
 import pytest
 import yaml
 
-from satbed_testlib import REPO, needs_root, satbed
+from satbed_testlib import REPO, images_lock, needs_root, satbed
 from satbed.backends import docker
 from satbed.backends.ansible import plan
 from satbed.model.topology import load
@@ -184,8 +184,9 @@ def bed(tmp_path_factory):
             pytest.skip(f"bin/{b} missing: run `make build`")
     # The end-host image `make images` built (any machine image with sshd and
     # python3 would do); built here only where absent.
-    image = ("satbed/host:latest" if docker.image_id("satbed/host:latest")
-             else docker.build_images(["host"], log=lambda line: None)["host"])
+    with images_lock():
+        image = ("satbed/host:latest" if docker.image_id("satbed/host:latest")
+                 else docker.build_images(["host"], log=lambda line: None)["host"])
     work = tmp_path_factory.mktemp("ansible")
     runs = os.path.join("/tmp", f"satbed-ansible-runs-{os.getpid()}")
     os.makedirs(runs, exist_ok=True)

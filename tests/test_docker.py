@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from satbed_testlib import REPO, needs_root, satbed
+from satbed_testlib import REPO, images_lock, needs_root, satbed
 from satbed.backends import docker
 from satbed.core.errors import SatbedError
 
@@ -33,7 +33,8 @@ def images():
         if not os.access(os.path.join(REPO, "bin", b), os.X_OK):
             pytest.skip(f"bin/{b} missing: run `make build`")
     started = time.monotonic()
-    built = docker.build_images(IMAGES, log=lambda line: None)
+    with images_lock():
+        built = docker.build_images(IMAGES, log=lambda line: None)
     return {"tags": built, "seconds": time.monotonic() - started}
 
 
@@ -44,8 +45,9 @@ FIXTURE_IMAGE = "satbed-fixture/splitpep:latest"
 def fixture_image(images):
     """A PEP image that is not ours (tests/fixtures/pep-splitpy), built once;
     Docker's layer cache makes a rebuild a no-op."""
-    docker.docker("build", "-q", "-t", FIXTURE_IMAGE, os.path.join(REPO, "tests", "fixtures", "pep-splitpy"),
-                  timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    with images_lock():
+        docker.docker("build", "-q", "-t", FIXTURE_IMAGE, os.path.join(REPO, "tests", "fixtures", "pep-splitpy"),
+                      timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     return FIXTURE_IMAGE
 
 
@@ -180,8 +182,9 @@ def test_images_are_reused_when_current(images):
     """A build right after a build changes nothing: every image is current.
     (The fixture's build may have rebuilt what `make build` had changed.)"""
     logs: list[str] = []
-    started = time.monotonic()
-    again = docker.build_images(IMAGES, log=logs.append)
+    with images_lock():
+        started = time.monotonic()
+        again = docker.build_images(IMAGES, log=logs.append)
     took = time.monotonic() - started
     assert all(line.endswith(": current") for line in logs), logs
     assert took < 60, f"checking current images took {took:.0f} s"

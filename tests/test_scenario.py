@@ -86,13 +86,17 @@ def test_unknown_hosts_are_refused_before_any_testbed(tmp_path):
     assert cp.stderr.strip().count("\n") == 0 and "no host 'ghost'" in cp.stderr
 
 
-needs_bins = pytest.mark.skipif(not all(os.path.exists(os.path.join(BIN_DIR, b)) for b in
-                                        ("satemu", "pepd", "trafficgen")), reason="make build first")
+@pytest.fixture
+def bins() -> None:
+    """Decided when the test runs, not when the module is imported: `make test`
+    builds bin/ before pytest starts, and a collection must not outlive a build."""
+    missing = [b for b in ("satemu", "pepd", "trafficgen") if not os.path.exists(os.path.join(BIN_DIR, b))]
+    if missing:
+        pytest.skip(f"bin/{', bin/'.join(missing)} missing: make build first")
 
 
 @needs_root
-@needs_bins
-def test_spoofing_scenario_runs_with_traffic_counters_and_a_one_sided_spoofer(tmp_path):
+def test_spoofing_scenario_runs_with_traffic_counters_and_a_one_sided_spoofer(bins, tmp_path):
     cp = satbed("run", "--scenario", "spoofing", "--size", "100K", "--no-analysis", "--out", str(tmp_path),
                 timeout=600)
     assert cp.returncode == 0, cp.stderr
@@ -123,9 +127,9 @@ def _docker_missing() -> str | None:
 
 
 @needs_root
-@needs_bins
-@pytest.mark.skipif(_docker_missing() is not None, reason=str(_docker_missing()))
-def test_routed_scenario_on_containers(tmp_path):
+def test_routed_scenario_on_containers(bins, tmp_path):
+    if (why := _docker_missing()) is not None:
+        pytest.skip(why)
     cp = satbed("run", "--scenario", "spoofing", "--size", "100K", "--no-analysis", "--backend", "docker",
                 "--out", str(tmp_path), timeout=900)
     assert cp.returncode == 0, cp.stderr
