@@ -143,8 +143,15 @@ def test_variants_are_named_bundles_over_fixed_and_may_be_limited_to_clients(tmp
 def test_shipped_scenarios_with_variants():
     from satbed.execution import matrix
     sg = matrix.load(os.path.join(REPO, "scenarios", "split-gateways.yaml")).cells
-    assert sorted(c.params["variant"] for c in sg) == ["gateways", "large-windows", "satellite", "terrestrial"]
+    assert sorted(c.params["variant"] for c in sg) == [
+        "gateways", "gateways-study-q10", "gateways-study-q10-paced", "large-windows", "large-windows-q10",
+        "large-windows-study-q10", "large-windows-study-q40", "satellite", "satellite-study-q10", "terrestrial",
+        "terrestrial-study-q10"]
     by = {c.params["variant"]: c for c in sg}
+    # The study's conditions: a 10-packet queue at the T1 port, Reno hosts without SACK.
+    assert by["large-windows-study-q10"].config["profiles"] == {"server": "large-windows-195k-reno",
+                                                                 "client": "large-windows-195k-reno"}
+    assert by["large-windows-study-q10"].params["queue"] == 10 and by["satellite"].params["queue"] == 100
     assert by["terrestrial"].params["rtt"] == 0 and by["satellite"].params["rtt"] == 500
     assert by["large-windows"].config["profiles"] == {"server": "large-windows-195k", "client": "large-windows-195k"}
     assert by["gateways"].config["pep"] == "pepd" and by["gateways"].config["profiles"]["server"] == "default-64k"
