@@ -40,10 +40,10 @@ axes:
 """
 # One cell long enough to lose its node in: 2 MB at 1 Mbit/s over 600 ms.
 LONG = """name: slurm-long
-description: one tcp cell of about 20 s, for killing its node
+description: one tcp cell of about 35 s, for stopping it or killing its node mid-transfer
 repetitions: 1
 timeout: 180
-fixed: {pep: none, emulator: userspace, rate: 1mbit, size: 2M, direction: download, ber: 0,
+fixed: {pep: none, emulator: userspace, rate: 1mbit, size: 4M, direction: download, ber: 0,
         captures: none, analyze: false, rtt: 600}
 axes:
   client: [tcp]

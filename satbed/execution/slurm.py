@@ -36,6 +36,7 @@ JOB_FILE = "slurm.json"         # the results directory's last array: {"job", "d
 CALL_TIMEOUT_S = 30             # one sbatch/squeue/scancel call
 GONE_GRACE_S = 15               # a task ended without cell.exit: the shared filesystem may lag behind
 CANCEL_WAIT_S = 60              # after scancel, for the tasks to stop
+SETTLE_S = 60                   # after the last cell, for the array to leave the queue
 # squeue's states of a task that will not run again (a requeued one passes
 # through REQUEUED or PENDING instead).
 ENDED = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
@@ -138,7 +139,16 @@ class SlurmExecutor:
         with open(os.path.join(out, JOB_FILE), "w", encoding="utf-8") as f:
             json.dump({"job": job, "dir": array_dir}, f)
         self.wait(job, tasks, record, on_poll)
+        self.settle(job)
         return job
+
+    def settle(self, job: str) -> None:
+        """Wait (at most SETTLE_S) for the array to leave the queue: a task
+        that wrote its cell's exit status is still RUNNING or COMPLETING for
+        a moment, and the next matrix on this directory must not find it so."""
+        deadline = time.monotonic() + SETTLE_S
+        while any(state not in ENDED for state, _ in self.states(job).values()) and time.monotonic() < deadline:
+            time.sleep(self.poll_s)
 
     def wait(self, job: str, tasks: list[Task], record: Record, on_poll: Callable[[], None] = lambda: None) -> None:
         """Record each of the job's tasks as it finishes; on any exception
