@@ -5,6 +5,7 @@ down to the figures the page reads."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ import json
 import pytest
 
 from satbed.core.errors import SatbedError
-from satbed.report import globalhawk
+from satbed.report import globalhawk, globalhawk_grid
 
 from satbed_testlib import REPO, satbed
 
@@ -133,3 +134,53 @@ def test_a_stored_run_is_read_without_being_changed(tmp_path):
     after = {name: hashlib.sha256(open(os.path.join(FIXTURE, name), "rb").read()).hexdigest()
              for name in os.listdir(FIXTURE)}
     assert after == before
+
+
+def _grid_store(d, cells: list[tuple[str, str, str, str, float, float, str, float | None]]) -> None:
+    """A stored run of the whole grid (experiment `globalhawk`): variant,
+    client, pep, options, rtt, ber, status, goodput per cell."""
+    from satbed.results.store import Store
+    with Store(os.path.join(d, "results.sqlite")) as store:
+        run = store.begin_run("globalhawk", "/x/scenarios/globalhawk.yaml", 0, 636, 0, {"cores": 2})
+        for i, (variant, client, pep, options, rtt, ber, status, goodput) in enumerate(cells):
+            params = {"client": client, "pep": pep, "pep_options": options, "rtt": rtt, "ber": ber,
+                      "variant": variant, "size": 100 << 20}
+            store.put(globalhawk.CellRow(hash=f"grid{i:012d}", experiment="globalhawk", params=params, config={},
+                                         repetition=0, status=status, goodput_bps=goodput, seconds=120.0,
+                                         metrics={"loadavg": [1.5, 1, 1], "host_cpu": {"steal_fraction": 0.002}}))
+        store.end_run(run, "interrupted")
+
+
+def test_the_whole_grid_has_its_own_section_and_never_mixes_into_the_claims(tmp_path):
+    """The grid's 100 MB cells fill its tables, its CSV and Charts 1-3; the
+    claims table still reads the claims experiment's cells, even where the
+    grid holds a cell of the same condition with another goodput."""
+    grid = tmp_path / "full"
+    grid.mkdir()
+    _grid_store(str(grid), [
+        ("study-errors", "ftp", "none", "", 600.0, 1e-5, "ok", 123_456.0),     # row 5's condition, other value
+        ("today", "scp", "none", "", 600.0, 1e-5, "limited", 70_000.0),
+        ("today", "scp", "pepd", "wan=rate", 600.0, 1e-5, "ok", 7_300_000.0),
+        ("study-scps", "scp", "scps", globalhawk_grid.SCPS_OPTIONS, 600.0, 1e-5, "failed", None),
+    ])
+    page = page_in(tmp_path)
+    cp = satbed("study-page", FIXTURE, str(grid), "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    generated = open(page).read().split(globalhawk.MARKER)[1]
+    row5 = next(line for line in generated.splitlines() if line.startswith("| 5 | Figure 2 |"))
+    want = stored_goodput("study-errors", "ftp", "none", 600.0, 1e-5)
+    assert [c.strip() for c in row5.split("|")][6] == f"{want / 1e3:.0f} kbit/s (agrees)"
+    assert "### The whole grid" in generated and "Cells stored: 4 of 636 (1 failed, 1 limited, 2 ok)" in generated
+    assert "Drawn from the whole grid (100 MB per cell)" in generated
+    # 600 ms, BER 1e-5 is the last of the twelve columns.
+    lines = generated.splitlines()
+    today = lines.index("#### Today's hosts, errors per bit")
+    scp_none = next(line for line in lines[today:] if line.startswith("| scp | no PEP |"))
+    assert scp_none.rstrip(" |").split("|")[-1].strip() == "0.07*" and "| · |" in scp_none
+    scp_rate = next(line for line in lines[today:] if line.startswith("| scp | pepd, rate-based WAN leg |"))
+    assert scp_rate.rstrip(" |").split("|")[-1].strip() == "7.30"
+    scps = next(line for line in lines if line.startswith("| scp | SCPS gateway |"))
+    assert scps.rstrip(" |").split("|")[-1].strip() == "failed"
+    rows = list(csv.DictReader(open(tmp_path / "global-hawk" / "grid.csv")))
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok", "limited", "failed"}
+    assert next(r for r in rows if r["status"] == "limited")["goodput_bps"] == "70000"
