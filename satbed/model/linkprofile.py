@@ -106,3 +106,25 @@ def _point(pt: dict, i: int, last: float) -> None:
             raise SatbedError(f"point {i}: {k} {v!r} outside {'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}")
     if "up" in pt and pt["up"] is not None and not isinstance(pt["up"], bool):
         raise SatbedError(f"point {i}: up {pt['up']!r} is not true or false")
+
+
+def render(points: list[dict], comment: str = "") -> str:
+    """Profile points as the CSV satemu reads: the columns some point sets,
+    an empty cell where a point leaves a value unchanged, up as 1 or 0;
+    comment (one line) goes first, after '#'."""
+    used = [c for c in COLUMNS if c == "t_s" or any(c in p for p in points)]
+    lines = [f"# {comment}"] if comment else []
+    lines.append(",".join(used))
+    for p in points:
+        lines.append(",".join(_cell(c, p[c]) if c in p else "" for c in used))
+    return "\n".join(lines) + "\n"
+
+
+def _cell(column: str, v: float | bool) -> str:
+    if column == "up":
+        return "1" if v else "0"
+    if column in ("ber", "loss"):
+        return repr(float(v))        # small probabilities keep every digit
+    # Microseconds for times, nanoseconds for delays, bit/s to 1e-6: finer than satemu resolves.
+    text = f"{v:.6f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
