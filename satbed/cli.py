@@ -24,7 +24,7 @@ from satbed.backends import ansible, clients, docker, records
 from satbed.backends.ansible import INVENTORY_ENV
 from satbed.backends.nodeshell import NodeShell
 from satbed.backends.testbed import Testbed, clean, running
-from satbed.commands import compose
+from satbed.commands import compose, leo
 from satbed.core import crash
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
@@ -326,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_cli)
 
     compose.build_parser(sub)
+    leo.build_parser(sub)
 
     cl = sub.add_parser("check-link", help="measure the live link against its configuration")
     cl.add_argument("--json", action="store_true")
