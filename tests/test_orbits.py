@@ -54,6 +54,15 @@ def test_overhead_satellite(lat, lon, h):
     assert orbits.bent_pipe_delay_ms(ground.ecef(), sat, ground.ecef()) == pytest.approx(2 * h / C * 1000, rel=1e-12)
 
 
+def test_bent_pipe_by_hand():
+    """A satellite h above (0, 0), a gateway on the equator at longitude L:
+    the downlink is the side of a triangle of sides a + h and a, angle L."""
+    a, h, lon = orbits.WGS84_A_KM, 550.0, 3.0
+    sat, terminal, gateway = orbits.geodetic_ecef(0, 0, h), orbits.geodetic_ecef(0, 0, 0), orbits.geodetic_ecef(0, lon, 0)
+    down = math.sqrt((a + h) ** 2 + a ** 2 - 2 * a * (a + h) * math.cos(math.radians(lon)))
+    assert orbits.bent_pipe_delay_ms(terminal, sat, gateway) == pytest.approx((h + down) / C * 1000, rel=1e-12)
+
+
 def test_elevation_by_hand():
     """On the equator at longitude 0 the horizon is the plane x = a: a point
     1000 km east is on it (0 deg), 1000 km east and 1000 km up is at 45 deg."""
@@ -216,6 +225,23 @@ def test_schedule_invariants(inclination, planes, per_plane, altitude, terminal,
     _check_profile(s.points)
 
 
+def test_starlink_shell_over_england():
+    """Two minutes of Starlink's first shell between London and a gateway
+    100 km away, with a 20 ms outage at each handover: handovers happen,
+    all at 15 s instants, each with its outage; the link is otherwise up."""
+    sats = orbits.Walker(53, 1584, 72, 17, 550).satellites(START)
+    s = orbits.schedule(sats, orbits.Site("t", 51.5, -0.1), orbits.Site("g", 51.0, -1.5), START, 120, 10,
+                        orbits.Policy(handover_outage_s=0.02))
+    assert s.handovers and all(h.t_s in (15, 30, 45, 60, 75, 90, 105, 120) for h in s.handovers)
+    assert [(d.start_s, d.end_s) for d in s.down] == [(h.t_s, round(h.t_s + 0.02, 6)) for h in s.handovers]
+    assert s.points[0]["up"] is True and all(p["delay_ms"] >= 2 * (550 - SGP4_SWING_KM) / C * 1000 for p in s.points)
+    by_time = {p["t_s"]: p for p in s.points}
+    for h in s.handovers:
+        assert by_time[h.t_s]["up"] is False and by_time[round(h.t_s + 0.02, 6)]["up"] is True
+    assert len(s.points) == 1201 + len(s.handovers)
+    _check_profile(s.points)
+
+
 def test_shortest_delay_is_no_longer():
     sats = orbits.Walker(53, 1584, 72, 17, 550).satellites(START)
     t, g = orbits.Site("t", 51.5, -0.1), orbits.Site("g", 51.0, -1.5)
@@ -273,3 +299,16 @@ def test_leo_file_tle_beside_it(tmp_path):
     assert [s.name for s in sats] == ["ISS (ZARYA)"] and start == datetime(2019, 12, 9, 16, 38, 29, tzinfo=timezone.utc)
     s = leo.schedule(spec)
     assert s.notes == [] and s.points[0]["t_s"] == 0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"policy": 5}, "policy: a mapping"), ({"policy": {"name": ["x"]}}, "policy.name"),
+    ({"policy": {"handover_outage_ms": 15000}}, "handover_outage_s"), ({"policy": {"every": 1}}, "unknown key"),
+    ({"constellation": {"walker": GOOD["constellation"]["walker"], "tle": "x"}}, "one of walker"),
+    ({"constellation": {"tle": 5}}, "a file name"), ({"terminal": None}, "terminal missing"),
+    ({"gateway": [1, 2]}, "gateway: a mapping"), ({"start": "noon"}, "ISO 8601"), ({"start": "1900-01-01"}, "1957"),
+    ({"duration_s": 0}, "duration_s"), ({"sample_hz": 1000, "duration_s": 86400}, "samples"), ({"epoch": 1}, "unknown key"),
+])
+def test_leo_file_refused(change, message):
+    with pytest.raises(SatbedError, match=message):
+        leo.from_doc({**GOOD, **change})
