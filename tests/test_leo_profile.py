@@ -64,6 +64,8 @@ def test_traces(tmp_path):
     (["--walker", "53:24/6/1", "--altitude", "550"], "terminal missing"),
     (["--mahimahi", "/nonexistent.trace"], "no such Mahimahi trace"),
     ([*WALKER, "--mahimahi", "x"], "give one source"),
+    (["--mahimahi", "x", "--terminal", "1,2"], "--terminal goes with orbit geometry"),
+    ([*WALKER, "--window-ms", "10"], "--window-ms goes with --mahimahi"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     r = satbed("leo-profile", *args, "--out", str(tmp_path / "p.csv"))

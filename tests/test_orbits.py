@@ -58,7 +58,8 @@ def test_bent_pipe_by_hand():
     """A satellite h above (0, 0), a gateway on the equator at longitude L:
     the downlink is the side of a triangle of sides a + h and a, angle L."""
     a, h, lon = orbits.WGS84_A_KM, 550.0, 3.0
-    sat, terminal, gateway = orbits.geodetic_ecef(0, 0, h), orbits.geodetic_ecef(0, 0, 0), orbits.geodetic_ecef(0, lon, 0)
+    sat, terminal = orbits.geodetic_ecef(0, 0, h), orbits.geodetic_ecef(0, 0, 0)
+    gateway = orbits.geodetic_ecef(0, lon, 0)
     down = math.sqrt((a + h) ** 2 + a ** 2 - 2 * a * (a + h) * math.cos(math.radians(lon)))
     assert orbits.bent_pipe_delay_ms(terminal, sat, gateway) == pytest.approx((h + down) / C * 1000, rel=1e-12)
 
@@ -202,7 +203,8 @@ sites = st.builds(lambda lat, lon: orbits.Site("s", lat, lon), st.floats(-60, 60
        offset=st.sampled_from([0.0, 12.0]))
 def test_schedule_invariants(inclination, planes, per_plane, altitude, terminal, dlat, dlon, start_s, hz, outage_ms,
                              policy, offset):
-    gateway = orbits.Site("g", max(-90.0, min(90.0, terminal.lat_deg + dlat)), (terminal.lon_deg + dlon + 180) % 360 - 180)
+    gateway = orbits.Site("g", max(-90.0, min(90.0, terminal.lat_deg + dlat)),
+                          (terminal.lon_deg + dlon + 180) % 360 - 180)
     start = START + timedelta(seconds=start_s, milliseconds=start_s % 1000)
     pol = orbits.Policy(policy, 25.0, 15.0, offset, outage_ms / 1000)
     sats = orbits.Walker(inclination, planes * per_plane, planes, planes // 2, altitude).satellites(start)
@@ -307,7 +309,8 @@ def test_leo_file_tle_beside_it(tmp_path):
     ({"constellation": {"walker": GOOD["constellation"]["walker"], "tle": "x"}}, "one of walker"),
     ({"constellation": {"tle": 5}}, "a file name"), ({"terminal": None}, "terminal missing"),
     ({"gateway": [1, 2]}, "gateway: a mapping"), ({"start": "noon"}, "ISO 8601"), ({"start": "1900-01-01"}, "1957"),
-    ({"duration_s": 0}, "duration_s"), ({"sample_hz": 1000, "duration_s": 86400}, "samples"), ({"epoch": 1}, "unknown key"),
+    ({"duration_s": 0}, "duration_s"), ({"sample_hz": 1000, "duration_s": 86400}, "samples"),
+    ({"epoch": 1}, "unknown key"),
 ])
 def test_leo_file_refused(change, message):
     with pytest.raises(SatbedError, match=message):

@@ -18,6 +18,10 @@ from satbed.core.files import write_text
 from satbed.model import leo, linkprofile, orbits, traces
 
 
+GEOMETRY_FLAGS = ("altitude", "pattern", "terminal", "gateway", "start", "duration", "sample_hz", "policy",
+                  "min_elevation", "interval", "offset", "handover_outage_ms")
+
+
 def build_parser(sub) -> None:
     p = sub.add_parser("leo-profile", help="write a link profile from LEO orbit geometry or a recorded trace")
     p.add_argument("file", nargs="?", help="a LEO link file (YAML: constellation, terminal, gateway, policy; "
@@ -31,8 +35,7 @@ def build_parser(sub) -> None:
                                                                   "or star (over 180)")
     src.add_argument("--tle", metavar="FILE", help="a file of three-line element sets")
     src.add_argument("--mahimahi", metavar="FILE", help="a Mahimahi packet-delivery trace -> rate_bps")
-    src.add_argument("--window-ms", type=float, default=100.0, help="with --mahimahi: the rate's window "
-                                                                    "(default 100 ms)")
+    src.add_argument("--window-ms", type=float, help="with --mahimahi: the rate's window (default 100 ms)")
     src.add_argument("--measurements", metavar="FILE", help="a CSV of time and delay_ms/rtt_ms/rate_bps/loss")
     g = p.add_argument_group("geometry (with --walker, --tle or the file)")
     g.add_argument("--terminal", metavar="LAT,LON[,ALT_M]", help="the user terminal")
@@ -92,11 +95,18 @@ def cmd_leo_profile(args: argparse.Namespace) -> int:
     if len(traced) + bool(geometry) != 1:
         raise SatbedError("give one source: a LEO link file, --walker, --tle, --mahimahi or --measurements")
     summary: dict = {"profile": args.out}
+    if args.window_ms is not None and traced != ["mahimahi"]:
+        raise SatbedError("--window-ms goes with --mahimahi")
+    geometry_flags = [f"--{f.replace('_', '-')}" for f in GEOMETRY_FLAGS if getattr(args, f) is not None]
+    if traced and geometry_flags:
+        raise SatbedError(f"{geometry_flags[0]} goes with orbit geometry (--walker, --tle or a LEO link file), "
+                          f"not a trace")
     if traced:
         path = getattr(args, traced[0])
-        points = traces.mahimahi(path, args.window_ms) if traced[0] == "mahimahi" else traces.measurements(path)
+        window = 100.0 if args.window_ms is None else args.window_ms
+        points = traces.mahimahi(path, window) if traced[0] == "mahimahi" else traces.measurements(path)
         comment = f"satbed leo-profile: {traced[0]} trace {os.path.basename(path)}" + (
-            f", {args.window_ms:g} ms windows" if traced[0] == "mahimahi" else "")
+            f", {window:g} ms windows" if traced[0] == "mahimahi" else "")
     else:
         doc = _geometry_doc(args)
         try:

@@ -6,8 +6,9 @@ takes (t_s, delay_ms, up) plus the handover instants and the times the link
 is down, each with its reason.
 
 Frames: SGP4 gives TEME positions; they are turned into Earth-fixed ones by
-the Greenwich mean sidereal time alone (no polar motion, UT1 taken as UTC:
-tens of metres, far below a microsecond of delay). The ends are WGS84
+the Greenwich mean sidereal time alone (no polar motion, ~10 m; UT1 taken
+as UTC, |UT1-UTC| < 0.9 s: the Earth turns under 0.5 km in that time, under
+2 us of delay). The ends are WGS84
 geodetic points. Delay is the straight-line path at c, the same both ways."""
 
 from __future__ import annotations
@@ -353,7 +354,7 @@ class Handover:
 @dataclass(frozen=True)
 class Down:
     start_s: float
-    end_s: float        # the last instant still down is before end_s; end_s == duration: down to the end
+    end_s: float        # up again from end_s on; the schedule's end when it never comes back
     reason: str
 
 
