@@ -202,6 +202,15 @@ CASES: list[tuple[str, ...]] = [
     ("report", "{tmp}/emptydir", "--window", "-1", "1"),
     ("report", "{tmp}/emptydir", "--window", "one", "1"),
     ("report", "{tmp}/emptydir", "--window", "1"),
+    # satbed leo-profile
+    ("leo-profile", "--walker", "53:24/5/1", "--altitude", "550", "--terminal", "0,0", "--gateway", "0,1",
+     "--out", "{out}/p.csv"),
+    ("leo-profile", "--walker", "53:24/6/1", "--altitude", "nan", "--terminal", "0,0", "--gateway", "0,1",
+     "--out", "{out}/p.csv"),
+    ("leo-profile", "--walker", "53:24/6/1", "--altitude", "550", "--terminal", "0,0", "--gateway", "0,1",
+     "--interval", "-15", "--out", "{out}/p.csv"),
+    ("leo-profile", "--mahimahi", "{tmp}/passwd-copy", "--out", "{out}/p.csv"),
+    ("leo-profile", "--measurements", "{tmp}/passwd-copy", "--out", "{out}/p.csv"),
     # other commands
     ("pep-check", "Not An Image!"),
     ("pep-check", ""),

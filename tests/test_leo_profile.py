@@ -54,7 +54,8 @@ def test_traces(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     ([], "give one source"),
-    (["--walker", "53:1584/70/17", "--altitude", "550"], "do not split evenly into 70 planes"),
+    (["--walker", "53:1584/70/17", "--altitude", "550"],
+     "--walker '53:1584/70/17': walker: 1584 satellites do not split evenly into 70 planes"),
     (["--walker", "53:1584/72/17"], "--walker needs --altitude"),
     (["--walker", "53/1584/72/17", "--altitude", "550"], "INCLINATION:TOTAL/PLANES/PHASING"),
     ([*WALKER, "--terminal", "95,0"], "--terminal.lat: 95.0 outside"),

@@ -238,7 +238,10 @@ class Walker:
         m = _WALKER.match(text)
         if not m:
             raise SatbedError(f"--walker {text!r}: give INCLINATION:TOTAL/PLANES/PHASING, e.g. 53:1584/72/17")
-        return cls(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), altitude_km, pattern)
+        try:
+            return cls(float(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), altitude_km, pattern)
+        except SatbedError as e:
+            raise SatbedError(f"--walker {text!r}: {e}") from None
 
     def satellites(self, epoch: datetime) -> list[Satellite]:
         """The pattern's satellites as SGP4 mean elements at epoch (circular, no drag)."""
