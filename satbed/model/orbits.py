@@ -401,7 +401,8 @@ def schedule(sats: list[Satellite], terminal: Site, gateway: Site, start: dateti
     (t_pos, t_up), (g_pos, g_up) = ends
     jd0, fr0 = julian(start)
     instants = policy.instants(start, duration_s)
-    # Samples, reconfiguration instants, and (pushed as handovers happen) the ends of handover outages.
+    # Samples, reconfiguration instants, and (pushed as handovers happen) the ends of handover
+    # outages: a heap, which a sorted list already is.
     queue = sorted({round(k / sample_hz, 6) for k in range(int(duration_s * sample_hz + 1e-9) + 1)} | set(instants))
     instant_set = set(instants)
     serving: Satellite | None = None
