@@ -176,6 +176,12 @@ def _sittings(runs: list[dict]) -> list[dict]:
             and (r.get("cells") or 0) > (r.get("skipped") or 0)]
 
 
+def missing(grid: Grid, runs: list[dict]) -> int:
+    """Cells of the matrix (every variant) not yet finished in the stored grid."""
+    expected = max((r["cells"] for r in _sittings(runs)), default=len(grid.rows))
+    return max(0, expected - sum(1 for r in grid.rows if r.status in ("ok", "limited", "failed", "timeout")))
+
+
 def how_made(grid: Grid, runs: list[dict], conditions: str, revisions: str) -> list[str]:
     """The command, the sittings (a stopped matrix resumes with the same
     command), the revisions, the load and steal, and how many cells it holds."""
@@ -183,19 +189,20 @@ def how_made(grid: Grid, runs: list[dict], conditions: str, revisions: str) -> l
     for r in grid.rows:
         by_status[r.status] = by_status.get(r.status, 0) + 1
     sittings = _sittings(runs)
-    expected = max((r["cells"] for r in sittings), default=len(grid.rows))   # the matrix's cells, every variant
+    todo = missing(grid, runs)
     wall = sum((r.get("finished") or r["started"]) - r["started"] for r in sittings)
     lines = [f"Command: `satbed matrix {GRID_FILE}` (every variant), in {len(sittings)} "
              f"sitting{'s' if len(sittings) != 1 else ''} (a stopped matrix resumes where it stopped with the "
              "same command):", ""]
     for r in sittings:
         started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(r["started"]))
-        took = f"{((r.get('finished') or r['started']) - r['started']) / 60:.0f} min" if r.get("finished") else "not recorded"
-        lines.append(f"- {started} UTC, {took}, {r['cells'] - r['skipped']} cells to run, {r.get('outcome') or 'stopped'}")
+        took = f"{(r['finished'] - r['started']) / 60:.0f} min" if r.get("finished") else "no end recorded"
+        lines.append(f"- {started} UTC, {took}, {r['cells'] - r['skipped']} cells to run, "
+                     f"{r.get('outcome') or 'still running when stored'}")
     done = sum(by_status.get(s, 0) for s in ("ok", "limited", "failed", "timeout"))
-    lines += ["", f"Wall time in all: {wall / 3600:.1f} h. Cells stored: {done} of {expected} "
+    lines += ["", f"Wall time in all: {wall / 3600:.1f} h. Cells stored: {done} of {done + todo} "
               f"({', '.join(f'{n} {s}' for s, n in sorted(by_status.items()))})"
-              + ("." if done >= expected else f"; the other {expected - done} are not yet run, shown as ·."),
+              + (f"; the other {todo} are not yet run, shown as ·." if todo else "."),
               f"During the cells: {conditions}.", f"Revisions the cells ran on: {revisions}."]
     return lines
 
