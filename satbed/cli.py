@@ -25,7 +25,7 @@ from satbed.backends.ansible import INVENTORY_ENV
 from satbed.backends.nodeshell import NodeShell
 from satbed.backends.testbed import Testbed, clean, running
 from satbed.commands import compose, leo
-from satbed.core import crash
+from satbed.core import crash, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.settings import Settings
@@ -393,14 +393,14 @@ def main(argv: list[str] | None = None) -> int:
     """The one guard: a SatbedError is one line and exit 2, Ctrl-C exit 130,
     anything else one line saying it is a bug, exit 70, its traceback saved
     (satbed/core/crash.py)."""
-    signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return crash.guarded(lambda: _main(argv))
-    except KeyboardInterrupt:
-        # Everything is removed by now: a further Ctrl-C has nothing left to stop.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print("satbed: interrupted; testbed removed", file=sys.stderr)
-        return 130
+    with signals.handled(_terminate, signal.SIGTERM):
+        try:
+            return crash.guarded(lambda: _main(argv))
+        except KeyboardInterrupt:
+            # Everything is removed by now: a further Ctrl-C has nothing left to stop.
+            with signals.handled(signal.SIG_IGN, signal.SIGINT):
+                print("satbed: interrupted; testbed removed", file=sys.stderr)
+            return 130
 
 
 def _main(argv: list[str] | None) -> int:

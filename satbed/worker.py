@@ -12,7 +12,7 @@ import signal
 import sys
 
 from analysis import report
-from satbed.core import crash
+from satbed.core import crash, signals
 from satbed.execution import cellrun, slurm
 from satbed.execution.children import clean_leftovers
 from satbed.execution.session import describe
@@ -43,15 +43,14 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("cell", "batch", "task"):
         print(USAGE, file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
-    if argv[0] == "task":
-        return crash.guarded(lambda: _task(argv[1]), lambda: None)
-    run = cellrun.run_cell if argv[0] == "cell" else cellrun.run_batch
-    # The guard: one line (exit 2, or 70 for a bug with its traceback saved in
-    # the cell's directory, where the parent looks), never a traceback.
-    return crash.guarded(lambda: run(argv[1], analyze),
-                         lambda: argv[1] if os.path.isdir(argv[1]) else None)
+    with signals.handled(_terminate, signal.SIGTERM, signal.SIGINT):
+        if argv[0] == "task":
+            return crash.guarded(lambda: _task(argv[1]), lambda: None)
+        run = cellrun.run_cell if argv[0] == "cell" else cellrun.run_batch
+        # The guard: one line (exit 2, or 70 for a bug with its traceback saved in
+        # the cell's directory, where the parent looks), never a traceback.
+        return crash.guarded(lambda: run(argv[1], analyze),
+                             lambda: argv[1] if os.path.isdir(argv[1]) else None)
 
 
 def _task(array_dir: str) -> int:

@@ -194,8 +194,9 @@ def _wait(what, predicate, timeout: float):
 
 def _start(cluster: dict, exp: str, out: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": REPO, **cluster["env"]}
-    # SIGINT as a terminal gives it: an xdist worker may carry it ignored (from code an earlier
-    # test ran in-process), and a child that inherits SIG_IGN keeps ignoring Ctrl-C.
+    # SIGINT as a terminal gives it. cli.main hands back what it changes (test_signal_dispositions.py),
+    # but pytest itself may start with SIGINT ignored (a background job of a non-interactive shell
+    # is), and a child that inherits SIG_IGN keeps ignoring Ctrl-C: this test would then prove nothing.
     return subprocess.Popen(["/usr/bin/python3", "-m", "satbed", "matrix", exp, "--out", out, "--executor", "slurm"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -14,6 +14,7 @@ import cmd
 import shlex
 import signal
 
+from satbed.core import signals
 from satbed.core.errors import SatbedError
 from satbed.backends.net import Host
 from satbed.backends.testbed import Testbed
@@ -65,12 +66,10 @@ class NodeShell(cmd.Cmd):
             return
         args = [str(self.tb.hosts[w].ip.ip) if w in self.tb.hosts else w for w in words[1:]]
         # The command gets Ctrl-C (runc passes it on); the shell waits for it.
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            proc = node.popen(args, stdin=None, stdout=None, stderr=None)
-            proc.wait()
-            node.procs.remove(proc)
-        except SatbedError as e:
-            print(f"*** {e}")
-        finally:
-            signal.signal(signal.SIGINT, old)
+        with signals.handled(signal.SIG_IGN, signal.SIGINT):
+            try:
+                proc = node.popen(args, stdin=None, stdout=None, stderr=None)
+                proc.wait()
+                node.procs.remove(proc)
+            except SatbedError as e:
+                print(f"*** {e}")

@@ -15,7 +15,7 @@ from mininet.log import setLogLevel
 from satbed.backends import docker, profiles as host_profiles, records
 from satbed.model.profiles import load as load_profile
 
-from satbed.core import proc
+from satbed.core import proc, signals
 from satbed.core.errors import SatbedError
 from satbed.backends.net import NAMESPACES, Backend, Host, Link, Node, Router, TransparentNode
 from satbed.core.proc import require_root, require_tools
@@ -116,8 +116,7 @@ class Testbed:
         if not self.started:
             return
         # A second Ctrl-C must not cut the teardown short.
-        old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with signals.handled(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM):
             errors = []
             for node in reversed(list(self.nodes.values())):
                 try:
@@ -130,9 +129,6 @@ class Testbed:
             self.started = False
             if errors:
                 raise SatbedError("teardown: " + "; ".join(errors))
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
 
     def offload_state(self) -> dict[str, dict[str, str]]:
         return {intf.name: intf.offloads() for node in self.nodes.values() for intf in node.intfs.values()}

@@ -12,6 +12,7 @@ import threading
 from typing import Iterator, Sequence
 
 from satbed.backends.pepnodes import unhealthy
+from satbed.core import signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import last_line
 
@@ -69,15 +70,15 @@ class _Watcher:
         def interrupt(signum, frame):
             raise PathDown(self.reason)
 
-        old = signal.signal(signal.SIGUSR1, interrupt)
-        thread = threading.Thread(target=self._loop, args=(main,), name="satbed-path-watch", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            self.stop.set()
-            thread.join()
-            signal.signal(signal.SIGUSR1, old)
+        with signals.handled(interrupt, signal.SIGUSR1):
+            thread = threading.Thread(target=self._loop, args=(main,), name="satbed-path-watch", daemon=True)
+            thread.start()
+            try:
+                yield
+            finally:
+                # Joined before SIGUSR1 is handed back: no late signal finds the previous handler.
+                self.stop.set()
+                thread.join()
 
     def _loop(self, main: int) -> None:
         while not self.stop.wait(self.interval):

@@ -9,7 +9,6 @@ import dataclasses
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from satbed.backends.captures import Captures
 from satbed.backends.net import NAMESPACES, Backend
 from satbed.backends.clients.base import ClientContext
 from satbed.backends.testbed import Testbed
-from satbed.core import paths
+from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
 from satbed.core.files import write_json
 from satbed.core.settings import Settings
@@ -309,11 +308,7 @@ class Session:
 @contextmanager
 def shielded() -> Iterator[list[int]]:
     """SIGINT and SIGTERM held off for a block (the teardown): they are
-    recorded in the yielded list instead of raised. Outside the main thread
-    signals cannot be handled, and there is nothing to shield."""
-    if threading.current_thread() is not threading.main_thread():
-        yield []
-        return
+    recorded in the yielded list instead of raised."""
     caught: list[int] = []
 
     def note(signum, frame):
@@ -321,12 +316,8 @@ def shielded() -> Iterator[list[int]]:
             print("satbed: tearing the testbed down; please wait", file=sys.stderr, flush=True)
         caught.append(signum)
 
-    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals.handled(note, signal.SIGINT, signal.SIGTERM):
         yield caught
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 def vantage_points(tb: Testbed, the_plan: Plan) -> dict:

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import TextIO
 
 from satbed.backends import pepnodes
-from satbed.core import paths
+from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
@@ -258,24 +258,22 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
             outcome = "complete"
         except BaseException:
             # Ctrl-C or SIGTERM: stop children in order so each tears its testbed down.
-            old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                progress.close()
-                stream.write(f"satbed matrix: stopping {len(running)} running cell(s)...\n")
-                stream.flush()
-                stop_children(list(running.values()))
-                for h, ch in running.items():
-                    collect_finished(ch)
-                    if not ch.out:
-                        record(ch, os.path.join(out, "cells", h), "interrupted")
-                    elif ch.batch:
-                        # Only the cell under way is interrupted; the batch's later cells never started.
-                        record(ch, os.path.join(out, "cells", ch.cell.hash), "interrupted")
-                clean_leftovers()
-            finally:
-                store.end_run(run_id, outcome)
-                for s, handler in old.items():
-                    signal.signal(s, handler)
+            with signals.handled(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM):
+                try:
+                    progress.close()
+                    stream.write(f"satbed matrix: stopping {len(running)} running cell(s)...\n")
+                    stream.flush()
+                    stop_children(list(running.values()))
+                    for h, ch in running.items():
+                        collect_finished(ch)
+                        if not ch.out:
+                            record(ch, os.path.join(out, "cells", h), "interrupted")
+                        elif ch.batch:
+                            # Only the cell under way is interrupted; the batch's later cells never started.
+                            record(ch, os.path.join(out, "cells", ch.cell.hash), "interrupted")
+                    clean_leftovers()
+                finally:
+                    store.end_run(run_id, outcome)
             raise
         progress.close()
         store.end_run(run_id, outcome)
