@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
 from satbed import cli
 from satbed.core import crash
+from satbed.execution import fidelity
 from satbed.results.store import CellRow, Store
 
 EXAMPLES = int(os.environ.get("SATBED_FUZZ_EXAMPLES", "40"))
@@ -136,6 +137,22 @@ def test_ber_that_damages_every_frame_is_estimated(tmp_path, store):
     (tmp_path / "e.yaml").write_text("fixed: {client: scp, size: 1M, ber: 0.5}\n")
     rc, err = satbed_main(["matrix", str(tmp_path / "e.yaml"), "--estimate", store])
     assert (rc, err) == (0, "")
+
+
+@pytest.mark.parametrize("executor", [[], ["--executor", "slurm"]], ids=["beside-cells", "across-nodes"])
+def test_fidelity_of_a_ping_matrix_is_refused(tmp_path, monkeypatch, executor):
+    # Both checks compare the first cell's goodput, which ping has not; refused before anything runs.
+    monkeypatch.setattr(cli, "require_root", lambda: None)
+    monkeypatch.setattr(fidelity, "require_root", lambda: None)
+
+    def started(*args, **kw):
+        raise AssertionError("the ping matrix got as far as running cells")
+    monkeypatch.setattr(fidelity, "spawn", started)
+    monkeypatch.setattr(fidelity.SlurmExecutor, "nodes", started)
+    (tmp_path / "p.yaml").write_text("fixed: {client: ping}\n")
+    rc, err = satbed_main(["matrix", str(tmp_path / "p.yaml"), "--fidelity", "--out", str(tmp_path / "m"), *executor])
+    assert rc == 2
+    assert_one_line(rc, err, "fidelity needs a transfer client")
 
 
 @pytest.mark.parametrize("argv,named", [

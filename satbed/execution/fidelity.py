@@ -24,6 +24,16 @@ from satbed.results.store import CellRow
 NODE_AGREEMENT_PCT = 2.0    # two nodes "agree" when their goodputs differ by at most this share
 
 
+def reference_cell(exp: Experiment) -> Cell:
+    """The cell whose goodput a fidelity check compares: the file's first, a transfer."""
+    if not exp.cells:
+        raise SatbedError(f"{exp.file}: no cells")
+    base = exp.cells[0]
+    if base.params["client"] == "ping":
+        raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
+    return base
+
+
 def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3, backend: str = "mininet",
              stream: TextIO = sys.stderr) -> dict:
     """Parallel fidelity: the first cell's goodput alone vs with other cells of
@@ -33,11 +43,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     what the matrix would run beside it: --jobs - 1 cells, or by default as
     many as the admission's CPU budget takes. Prints and returns the numbers."""
     require_root()
-    if not exp.cells:
-        raise SatbedError(f"{exp.file}: no cells")
-    base = exp.cells[0]
-    if base.params["client"] == "ping":
-        raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
+    base = reference_cell(exp)
     admit = Admission.for_host(jobs)
     root = os.path.join(os.path.abspath(out), "fidelity", time.strftime("%Y%m%d-%H%M%S"))
     others = exp.cells[1:] or [base]
@@ -127,11 +133,7 @@ def node_fidelity(exp: Experiment, out: str, executor: SlurmExecutor, rounds: in
     of a few leaves out one such moment, where a mean would carry it. Writes fidelity.json beside the cells' directories;
     prints and returns the numbers."""
     require_root()
-    if not exp.cells:
-        raise SatbedError(f"{exp.file}: no cells")
-    base = exp.cells[0]
-    if base.params["client"] == "ping":
-        raise SatbedError("fidelity needs a transfer client (its first cell is ping)")
+    base = reference_cell(exp)
     nodes = executor.nodes()[:2]
     if len(nodes) < 2:
         raise SatbedError(f"node fidelity needs two nodes up in {executor.describe()}, found {nodes or 'none'}")
