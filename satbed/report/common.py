@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from analysis.report import redraw
@@ -95,6 +96,23 @@ def human_size(n: int) -> str:
 
 def fmt_mbps(v: float | None) -> str:
     return f"{v / 1e6:.3f}" if v is not None else "–"
+
+
+# How a study page writes a number in each unit ("" a plain number, e.g. a count).
+UNITS: dict[str, Callable[[float], str]] = {
+    "Mbit/s": lambda v: f"{v / 1e6:.2f} Mbit/s",
+    "kbit/s": lambda v: f"{v / 1e3:.0f} kbit/s",
+    "x": lambda v: f"{v:.2f}x",                 # a ratio
+    "bytes": lambda v: f"{v:,.0f} B",
+    "s": lambda v: f"{v:.1f} s",
+    "fraction": lambda v: f"{v:.3f}",           # of a link
+    "": lambda v: f"{v:g}",
+}
+
+
+def fmt_value(v: float | None, unit: str) -> str:
+    """A study page's number in its unit (one of UNITS; another is a bug)."""
+    return "no cell" if v is None else UNITS[unit](v)
 
 
 def html_table(headers: list[str], body: list[list[str]], raw: bool = False) -> str:

@@ -26,7 +26,7 @@ from typing import Callable
 from satbed.core.errors import SatbedError
 from satbed.core.files import write_text
 from satbed.report import globalhawk_grid, studies
-from satbed.report.common import draw_tsg_window, fmt_ber, measured
+from satbed.report.common import draw_tsg_window, fmt_ber, fmt_value, measured
 from satbed.report.studies.base import Study, stored_per_cell, stored_revisions
 from satbed.results.store import MEASURED, UNAVAILABLE, CellRow, Store
 
@@ -88,20 +88,6 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _mbps(v: float | None) -> str:
     return "-" if v is None else f"{v / 1e6:.2f} Mbit/s"
-
-
-def _fmt(v: float | None, unit: str) -> str:
-    if v is None:
-        return "no cell"
-    if unit == "Mbit/s":
-        return f"{v / 1e6:.2f} Mbit/s"
-    if unit == "kbit/s":
-        return f"{v / 1e3:.0f} kbit/s"
-    if unit == "x":
-        return f"{v:.2f}x"
-    if unit == "bytes":
-        return f"{v:,.0f} B"
-    return f"{v:g}"
 
 
 def _pep_gain(client: str, rtt: float, ber: float) -> Callable[[Cells, str], float | None]:
@@ -323,7 +309,7 @@ def _claims_table(cells: Cells) -> list[str]:
         for variant, _ in CONDITIONS:
             v = claim.value(cells, variant)
             verdict = "" if v is None else (" (agrees)" if claim.holds(v) else " (**disagrees**)")
-            shown.append(_fmt(v, claim.unit) + verdict)
+            shown.append(fmt_value(v, claim.unit) + verdict)
         why = " ".join(x for x in (claim.why, claim.tested(cells)) if x)
         lines.append(f"| {i} | {claim.where} | {claim.says} | " + " | ".join(shown) + f" | {why} |")
     return lines
@@ -472,7 +458,7 @@ def _grid_check(claims: Cells, grid: Cells) -> list[str]:
         for variant, label in CONDITIONS:
             a, b = claim.value(claims, variant), claim.value(grid, variant)
             if a is not None and b is not None and claim.holds(a) != claim.holds(b):
-                differ.append(f"row {i} under {label} ({_fmt(a, claim.unit)} here, {_fmt(b, claim.unit)} in the grid)")
+                differ.append(f"row {i} under {label} ({fmt_value(a, claim.unit)} here, {fmt_value(b, claim.unit)} in the grid)")
     agree = _agreement(grid)
     counted = ", ".join(f"{agree[v]} of {len(CLAIMS)} {label}" for v, label in CONDITIONS)
     return [f"Read again from the whole grid below (100 MB cells; rows 1 and 10 need cells the grid has not: "

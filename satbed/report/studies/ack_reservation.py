@@ -21,6 +21,7 @@ from typing import Callable
 
 from analysis import outage
 from analysis.figures import plt, png
+from satbed.report.common import fmt_value
 from satbed.results.store import CellRow
 
 from .base import Study, from_scenario, stored_per_cell
@@ -105,7 +106,8 @@ def _recovery(suffix: str) -> Callable[[Runs, str], float | None]:
 
 CLAIMS = (
     Claim("Table I, (175, 1)", "without ACK reservation the source is slow to recover: throughput as a "
-             "fraction of the link (at most 0.75)", "0.492", _throughput(PLAIN), "", lambda x: abs(x - 0.492) <= 0.08,
+             "fraction of the link (at most 0.75)", "0.492", _throughput(PLAIN), "fraction",
+             lambda x: abs(x - 0.492) <= 0.08,
              "Two causes tested. The source's TCP is ruled out: the study's source behind pepd's flow control "
              "does as well as today's. The access node's drops are ruled in: pepd's full buffer closes the "
              "source's window, so the source keeps its congestion window through the outage and resumes when "
@@ -120,7 +122,7 @@ CLAIMS = (
              "timer falls depends on its starting value and its growth, which the paper gives only as MaxRto, "
              "so the stall is reproduced and its length is of the same order, not the same."),
     Claim("Table I, (175, 0.95)", "with ACK reservation at K = 0.95: throughput as a fraction of the link",
-             "0.726", _throughput(RESERVED), "", lambda x: abs(x - 0.726) <= 0.08,
+             "0.726", _throughput(RESERVED), "fraction", lambda x: abs(x - 0.726) <= 0.08,
              "With flow control the reservation's throughput is reached without it (row 1, today). Under the "
              "study's drops pepd's reservation does not restore it: pepd reserves window, not "
              "acknowledgements (the kernel acknowledges whatever it accepts, and pepd only decides when to "
@@ -140,16 +142,6 @@ CLAIMS = (
 )
 
 
-def _fmt(v: float | None, unit: str) -> str:
-    if v is None:
-        return "no cell"
-    if unit == "x":
-        return f"{v:.2f}x"
-    if unit == "s":
-        return f"{v:.1f} s"
-    return f"{v:.3f}"
-
-
 def _verdict(h: Claim, v: float | None) -> str:
     return "" if v is None else ("agrees" if h.holds(v) else "**disagrees**")
 
@@ -158,7 +150,7 @@ def _headlines(runs: Runs) -> tuple[Headline, ...]:
     """The claims in the shared headline table: today's condition and the study's."""
     today, study = CONDITIONS[0][0], CONDITIONS[-1][0]
     return tuple(Headline(f"{c.where}: {c.says}", c.paper, lambda _rows, c=c: c.value(runs, today),
-                          lambda _rows, c=c: c.value(runs, study), lambda v, c=c: _fmt(v, c.unit), c.holds, c.why)
+                          lambda _rows, c=c: c.value(runs, study), lambda v, c=c: fmt_value(v, c.unit), c.holds, c.why)
                  for c in CLAIMS)
 
 
@@ -168,7 +160,7 @@ def _conditions_table(runs: Runs) -> list[str]:
              "|---|---|" + "---|" * len(CONDITIONS)]
     for i, c in enumerate(CLAIMS, 1):
         values = [c.value(runs, cond) for cond, _ in CONDITIONS]
-        shown = [_fmt(v, c.unit) + (f" ({_verdict(c, v)})" if v is not None else "") for v in values]
+        shown = [fmt_value(v, c.unit) + (f" ({_verdict(c, v)})" if v is not None else "") for v in values]
         lines.append(f"| {i} | {c.paper} | " + " | ".join(shown) + " |")
     return lines
 
@@ -187,7 +179,8 @@ def _cells_table(runs: Runs) -> list[str]:
                 continue
             tp, gp, buf = c["throughput_fraction"], c["goodput_fraction"], c["buffer_high_packets"]
             lines.append(f"| `{cond}-{suffix}` | {each(c['recovery_s'])} | {each(c['recovery_long_s'])} | "
-                         f"{_fmt(tp, '')} | {_fmt(gp, '')} | {'-' if buf is None else f'{buf:.0f}'} | "
+                         f"{fmt_value(tp, 'fraction')} | {fmt_value(gp, 'fraction')} | "
+                         f"{'-' if buf is None else f'{buf:.0f}'} | "
                          f"{c['integrity'] or '-'}{(' (' + c['error'] + ')') if c['error'] else ''} |")
     return lines
 
