@@ -143,3 +143,16 @@ def test_the_study_conditions_reach_the_cells():
     for variant in split_gateways.STUDY_VARIANTS.values():
         assert cells[variant].params["queue"] == 10, variant
     assert cells["large-windows-study-q10"].config["profiles"]["server"] == "large-windows-195k-reno"
+
+
+@pytest.mark.parametrize("name", ["split-gateways", "tcp-spoofing"])
+def test_the_committed_pages_are_what_their_stored_runs_give(tmp_path, name):
+    """docs/studies/NAME.md's generated part is what the run stored beside it
+    (docs/studies/NAME) gives: regenerated into a copy, the same to the byte."""
+    doc = os.path.join(REPO, "docs", "studies", f"{name}.md")
+    copy = tmp_path / f"{name}.md"
+    shutil.copy(doc, copy)
+    run = tmp_path / "stored" / name     # the run table names a run by its directory
+    shutil.copytree(os.path.join(REPO, "docs", "studies", name), run)
+    globalhawk.write_page([str(run)], str(copy), f"satbed study-page docs/studies/{name} --page docs/studies/{name}.md")
+    assert open(copy, encoding="utf-8").read() == open(doc, encoding="utf-8").read()

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from analysis import outage
-from analysis.figures import plt, png
+from analysis.figures import plt
 from satbed.report.common import fmt_value
 from satbed.results.store import CellRow
 
-from .base import Study, from_scenario, stored_per_cell
-from .headlines import Headline
+from .base import Study, from_scenario, page_figure, stored_per_cell
+from .headlines import Headline, conditions_table
 from .headlines import table as headline_table
 
 NAME = "ACK reservation"
@@ -142,10 +142,6 @@ CLAIMS = (
 )
 
 
-def _verdict(h: Claim, v: float | None) -> str:
-    return "" if v is None else ("agrees" if h.holds(v) else "**disagrees**")
-
-
 def _headlines(runs: Runs) -> tuple[Headline, ...]:
     """The claims in the shared headline table: today's condition and the study's."""
     today, study = CONDITIONS[0][0], CONDITIONS[-1][0]
@@ -156,13 +152,9 @@ def _headlines(runs: Runs) -> tuple[Headline, ...]:
 
 def _conditions_table(runs: Runs) -> list[str]:
     """Every claim under every condition: the causes tested one by one."""
-    lines = ["| # | the paper | " + " | ".join(f"`{cond}`" for cond, _ in CONDITIONS) + " |",
-             "|---|---|" + "---|" * len(CONDITIONS)]
-    for i, c in enumerate(CLAIMS, 1):
-        values = [c.value(runs, cond) for cond, _ in CONDITIONS]
-        shown = [fmt_value(v, c.unit) + (f" ({_verdict(c, v)})" if v is not None else "") for v in values]
-        lines.append(f"| {i} | {c.paper} | " + " | ".join(shown) + " |")
-    return lines
+    return conditions_table([cond for cond, _ in CONDITIONS],
+                            [(c.paper, [c.value(runs, cond) for cond, _ in CONDITIONS],
+                              lambda v, c=c: fmt_value(v, c.unit), c.holds) for c in CLAIMS])
 
 
 def _cells_table(runs: Runs) -> list[str]:
@@ -210,11 +202,7 @@ def _trace_figure(runs: Runs, figures: str) -> str | None:
     axes[1, 0].set_ylabel("source sends (packets/s)")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    os.makedirs(figures, exist_ok=True)
-    with open(os.path.join(figures, "source-traces.png"), "wb") as f:
-        f.write(png(fig))
-    plt.close(fig)
-    return f"{os.path.basename(figures)}/source-traces.png"
+    return page_figure(fig, figures, "source-traces.png")
 
 
 def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:

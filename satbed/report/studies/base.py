@@ -15,7 +15,7 @@ from typing import Callable
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.figures import data_uri, png
+from analysis.figures import data_uri, plt, png
 from satbed.core.files import write_text
 from satbed.results.store import CellRow
 
@@ -137,6 +137,16 @@ def figure(name: str, out: str, fig: Figure, caption: str) -> str:
         f.write(data)
     return (f"<div class='chart' id='{name}'><img alt='{name}' src='{data_uri(data)}'>"
             f"<p class='caption'>{html.escape(caption)}</p></div>")
+
+
+def page_figure(fig: Figure, figures: str, name: str) -> str:
+    """A study page's figure saved as FIGURES/NAME and closed; its path as the
+    page links it (FIGURES is the directory beside the page)."""
+    os.makedirs(figures, exist_ok=True)
+    with open(os.path.join(figures, name), "wb") as f:
+        f.write(png(fig))
+    plt.close(fig)
+    return f"{os.path.basename(figures)}/{name}"
 
 
 def log_x(ax: Axes) -> None:

@@ -29,24 +29,47 @@ VERDICT = {(True, True): "yes", (False, True): "under the study's conditions onl
            (True, False): "today only", (False, False): "**no**"}
 
 
+def judged(value: float | None, shown: Callable[[float], str], holds: Callable[[float], bool]) -> str:
+    """A table's cell: the value written and whether it supports the paper;
+    "no cell" where nothing measured it."""
+    if value is None:
+        return "no cell"
+    return shown(value) + (" (agrees)" if holds(value) else " (**disagrees**)")
+
+
 def table(headlines: tuple[Headline, ...], rows: list[CellRow]) -> list[str]:
     """The Markdown table: the paper, satbed today, satbed under the study's
     conditions, whether they agree, why."""
     out = ["| # | the paper says | the paper | satbed today | satbed, the study's conditions | agree? | why |",
            "|---|---|---|---|---|---|---|"]
     for i, h in enumerate(headlines, 1):
-        shown, verdicts = [], []
-        for value in (h.today(rows), h.study(rows)):
-            if value is None:
-                shown.append("no cell")
-                verdicts.append(None)
-                continue
-            ok = h.holds(value)
-            shown.append(h.shown(value) + (" (agrees)" if ok else " (**disagrees**)"))
-            verdicts.append(ok)
+        values = (h.today(rows), h.study(rows))
+        shown = [judged(v, h.shown, h.holds) for v in values]
+        verdicts = [None if v is None else h.holds(v) for v in values]
         out.append(f"| {i} | {h.says} | {h.paper} | {shown[0]} | {shown[1]} | "
                    f"{VERDICT.get((verdicts[0], verdicts[1]), 'not measured')} | "
                    f"{h.why(rows) if callable(h.why) else h.why} |")
+    return out
+
+
+def section(headlines: tuple[Headline, ...], rows: list[CellRow], conditions: str) -> list[str]:
+    """A page's first section: how many cells, what the conditions are (text),
+    and the headline table."""
+    return ["### The paper's headlines beside satbed's", "",
+            f"{len(rows)} cells, {repetitions(rows)}.", "",
+            conditions, "",
+            *table(headlines, rows), ""]
+
+
+def conditions_table(conditions: list[str], claims: list[tuple[str, list[float | None], Callable[[float], str],
+                                                                Callable[[float], bool]]]) -> list[str]:
+    """Every claim under every condition, the causes tested one by one: per
+    claim the paper's figure, its value under each condition, how a value is
+    written and whether it supports the paper."""
+    out = ["| # | the paper | " + " | ".join(f"`{c}`" for c in conditions) + " |",
+           "|---|---|" + "---|" * len(conditions)]
+    for i, (paper, values, shown, holds) in enumerate(claims, 1):
+        out.append(f"| {i} | {paper} | " + " | ".join(judged(v, shown, holds) for v in values) + " |")
     return out
 
 

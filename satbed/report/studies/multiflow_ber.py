@@ -19,12 +19,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.figures import plt, png
+from analysis.figures import plt
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
-from .base import EmuSample, Study, emulator_samples, figure, fmt, from_scenario, kernels, stored_per_cell
-from .headlines import Headline
+from .base import (EmuSample, Study, emulator_samples, figure, fmt, from_scenario, kernels, page_figure,
+                   stored_per_cell)
+from .headlines import Headline, conditions_table
 from .headlines import table as headline_table
 
 NAME = "ACTS multi-flow BER"
@@ -492,11 +493,7 @@ def _cdfs(cells: dict[str, dict], figures: str) -> str:
     axes[0, 0].set_ylabel("cumulative fraction")
     axes[1, 0].set_ylabel("cumulative fraction")
     fig.tight_layout()
-    os.makedirs(figures, exist_ok=True)
-    with open(os.path.join(figures, "cdfs.png"), "wb") as f:
-        f.write(png(fig))
-    plt.close(fig)
-    return f"{os.path.basename(figures)}/cdfs.png"
+    return page_figure(fig, figures, "cdfs.png")
 
 
 def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
@@ -522,19 +519,15 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
              *headline_table(claims, rows), "",
              "### Each condition", "",
              "The same claims under every condition: the hosts and the load, the causes tested.", "",
-             "| # | the paper | " + " | ".join(f"`{c}`" for c, _ in CONDITIONS) + " |",
-             "|---|---|" + "---|" * len(CONDITIONS)]
-    for i, (where, says, paper, value, holds, why) in enumerate(HEADLINES, 1):
-        vals = {c: value(cells[c]) if c in cells else None for c, _ in CONDITIONS}
-        shown = [_pct(vals[c]) + ("" if vals[c] is None else (" (agrees)" if holds(vals[c]) else " (**disagrees**)"))
-                 for c, _ in CONDITIONS]
-        lines.append(f"| {i} | {paper} | " + " | ".join(shown) + " |")
-    lines += ["", "### Link utilisation by BER class", "",
-              "Median link utilisation (%) of the OU -> GRC direction per 5 s interval, by the interval's "
-              "BER class (clean: the recovery after the pass), and median upload throughput per connection "
-              "(kbit/s).", "",
-              "| condition | " + " | ".join(DECADES) + " | flow 1e-9 | flow 1e-5 | flow 1e-4 | flows started (all runs) "
-              "| peak concurrent | steal % |", "|---|" + "---|" * (len(DECADES) + 6)]
+             *conditions_table([c for c, _ in CONDITIONS],
+                               [(paper, [value(cells[c]) if c in cells else None for c, _ in CONDITIONS], _pct, holds)
+                                for _, _, paper, value, holds, _ in HEADLINES]),
+             "", "### Link utilisation by BER class", "",
+             "Median link utilisation (%) of the OU -> GRC direction per 5 s interval, by the interval's "
+             "BER class (clean: the recovery after the pass), and median upload throughput per connection "
+             "(kbit/s).", "",
+             "| condition | " + " | ".join(DECADES) + " | flow 1e-9 | flow 1e-5 | flow 1e-4 | flows started (all runs) "
+             "| peak concurrent | steal % |", "|---|" + "---|" * (len(DECADES) + 6)]
     for c, _ in CONDITIONS:
         if c not in cells:
             continue

@@ -16,8 +16,8 @@ from satbed.results.store import MEASURED, CellRow
 from ..common import html_table
 from .base import (Study, emulator_samples, ends, figure, fmt, from_scenario, kernels, mean_ci_or_none,
                    stored_per_cell, summary_at, vantage_of)
-from .headlines import Headline, repetitions
-from .headlines import table as headline_table
+from .headlines import Headline
+from .headlines import section as headline_section
 
 NAME = "Split gateways"
 
@@ -313,16 +313,14 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
     beside it (split-gateways.json) so that the run can be stored without its cells."""
     stored_per_cell(dirs, rows, "split-gateways", lambda cell, r: {})
     size = rows[0].params.get("size", 0) if rows else 0
+    conditions = ("`today`: the scenario's four set-ups as they are (Linux hosts, a 100-packet queue at the T1 "
+                  "port). `the study's conditions`: the same four set-ups with the study's simulated hosts (Reno "
+                  "without SACK; the large windows advertised whole), a 10-packet drop-tail queue at the T1 port, and "
+                  "gateways that never overrun their own port (variants `*-study-q10`, `gateways-study-q10-paced`). "
+                  f"One FTP download of {size / 2**20:g} MB per cell (the study: 50 MB); link throughput is the "
+                  "main connection's, captured on the satellite emulator's server side.")
     return [
-        "### The paper's headlines beside satbed's", "",
-        f"{len(rows)} cells, {repetitions(rows)}.", "",
-        "`today`: the scenario's four set-ups as they are (Linux hosts, a 100-packet queue at the T1 "
-        "port). `the study's conditions`: the same four set-ups with the study's simulated hosts (Reno "
-        "without SACK; the large windows advertised whole), a 10-packet drop-tail queue at the T1 port, and "
-        "gateways that never overrun their own port (variants `*-study-q10`, `gateways-study-q10-paced`). "
-        f"One FTP download of {size / 2**20:g} MB per cell (the study: 50 MB); link throughput is the "
-        "main connection's, captured on the satellite emulator's server side.", "",
-        *headline_table(_headlines(), rows), "",
+        *headline_section(_headlines(), rows, conditions),
         "### The experiment: what holds the large windows back", "",
         "Each variant once. Link kbit/s: the main connection's throughput captured on the satellite "
         "link (for the paced gateways, whose leg is not TCP, at the client).", "",

@@ -20,8 +20,8 @@ from satbed.results.store import MEASURED, CellRow
 from ..common import html_table
 from .base import (Study, ends, figure, fmt, from_scenario, kernels, log_x, mean_ci_or_none, stored_per_cell,
                    summary_at)
-from .headlines import Headline, repetitions
-from .headlines import table as headline_table
+from .headlines import Headline
+from .headlines import section as headline_section
 
 NAME = "TCP spoofing"
 PACKET = 1448           # payload bytes per full segment (1500-byte packets with timestamps)
@@ -283,20 +283,13 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                      fmt(e["path_drop_rate"] * 100 if e["path_drop_rate"] is not None else None, 1),
                      _kb(sv["regular"], sv["ci_regular"]), _kb(sv["spoofed"], sv["ci_spoofed"]), fmt(sv["pct"], 0),
                      _kb(rv["regular"], rv["ci_regular"]), _kb(rv["spoofed"], rv["ci_spoofed"]), fmt(rv["pct"], 0),
-                     fmt(dv["regular"]), fmt(dv["spoofed"]), _kb8(*e["buffer_peak"][:2]),
+                     fmt(dv["regular"]), fmt(dv["spoofed"]), _kb(*e["buffer_peak"][:2]),
                      f"{sv['n_regular']}/{sv['n_spoofed']}"])
     parts.append("<h3>The numbers (means; ± 95% interval)</h3>" + html_table(
         ["packets", "flows", "r1 drop %", "sender regular kbit/s", "sender spoofed kbit/s", "sender gain %",
          "receiver regular kbit/s", "receiver spoofed kbit/s", "receiver gain %", "drops regular",
          "drops spoofed", "spoofer peak KB", "runs e2e/spoofed"], body))
     return parts
-
-
-def _kb8(mean: float | None, ci: float | None) -> str:
-    """Bytes as KB (the spoofer's buffer)."""
-    if mean is None:
-        return "–"
-    return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
 
 
 def _buffer_figure(out: str, rows: list[CellRow], flows: list[int]) -> str:
@@ -333,6 +326,7 @@ def _buffer_figure(out: str, rows: list[CellRow], flows: list[int]) -> str:
 
 
 def _kb(mean: float | None, ci: float | None) -> str:
+    """A mean and its 95% interval in thousands: bit/s as kbit/s, the spoofer's bytes as KB."""
     if mean is None:
         return "–"
     return f"{mean / 1e3:.1f}" + (f" ± {ci / 1e3:.1f}" if ci else "")
@@ -526,19 +520,17 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
     Everything comes from results.sqlite; the cells' revisions are kept
     beside it (tcp-spoofing.json) so that the run can be stored without its cells."""
     stored_per_cell(dirs, rows, "tcp-spoofing", lambda cell, r: {})
+    conditions = ("`today`: the scenario as it is (the user h1 opens the connection and pulls the file). `the "
+                  "study's conditions`: the data sender h5 opens it and pushes the file, as the study's ns-2 FTP "
+                  "agent did; for the sender's view (rows 2-4) the end hosts also start with ns-2's one-segment "
+                  "initial window (`ns2-iw1`, `profiles/tcp/ns2-reno-sack-iw1.yaml`). The receiver's rows leave "
+                  "Linux's ten segments (`study` in the numbers below), because the spoofer's own legs keep ten and "
+                  "would outrun end-to-end hosts held to one for a reason that is not spoofing. `slow-internet` is "
+                  "the sender opening across an Internet link at the T1's rate instead of 10 Mbit/s (row 6). Gains "
+                  "are (spoofed - end to end) / end to end, of the mean throughput over the repetitions; both views' "
+                  "clocks start at the opener's SYN.")
     return [
-        "### The paper's headlines beside satbed's", "",
-        f"{len(rows)} cells, {repetitions(rows)}.", "",
-        "`today`: the scenario as it is (the user h1 opens the connection and pulls the file). `the "
-        "study's conditions`: the data sender h5 opens it and pushes the file, as the study's ns-2 FTP "
-        "agent did; for the sender's view (rows 2-4) the end hosts also start with ns-2's one-segment "
-        "initial window (`ns2-iw1`, `profiles/tcp/ns2-reno-sack-iw1.yaml`). The receiver's rows leave "
-        "Linux's ten segments (`study` in the numbers below), because the spoofer's own legs keep ten and "
-        "would outrun end-to-end hosts held to one for a reason that is not spoofing. `slow-internet` is "
-        "the sender opening across an Internet link at the T1's rate instead of 10 Mbit/s (row 6). Gains "
-        "are (spoofed - end to end) / end to end, of the mean throughput over the repetitions; both views' "
-        "clocks start at the opener's SYN.", "",
-        *headline_table(_headlines(), rows), "",
+        *headline_section(_headlines(), rows, conditions),
         "### The numbers", "",
         "Mean ± 95 % interval over the repetitions (t distribution). "
         + _limited(rows), "",
