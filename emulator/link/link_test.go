@@ -513,3 +513,131 @@ func BenchmarkArrive(b *testing.B) {
 		pl.Arrive(time.Duration(i)*12*time.Microsecond, 1514)
 	}
 }
+
+// TestProfileRateOnScheduleClock: a profile's rate steps at the same
+// schedule time as its delay, counted from the origin StartSchedules set,
+// and the configured rate holds while the schedules are held.
+func TestProfileRateOnScheduleClock(t *testing.T) {
+	prof, err := ParseProfile([]byte("t_s,rate_bps,delay_ms\n0,8000000,300\n10,1000000,100\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const origin = 100 * time.Second
+	tests := []struct {
+		name      string
+		held      bool
+		at        time.Duration // arrival on the emulator's clock
+		wantRate  float64
+		wantDelay time.Duration
+	}{
+		{"held before the origin", true, 5 * time.Second, 100e6, 50 * time.Millisecond},
+		{"held after the origin", true, origin + 20*time.Second, 100e6, 50 * time.Millisecond},
+		{"before the origin", false, 50 * time.Second, 100e6, 50 * time.Millisecond},
+		{"first point", false, origin, 8e6, 300 * time.Millisecond},
+		{"first step, where the emulator's clock is past the second", false, origin + 5*time.Second, 8e6, 300 * time.Millisecond},
+		{"just before the second step", false, origin + 9999*time.Millisecond, 8e6, 300 * time.Millisecond},
+		{"second step", false, origin + 10*time.Second, 1e6, 100 * time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := NewPipeline(Params{RateBps: 100e6, CeilBps: 100e6, Burst: 1600, CBurst: 1600,
+				Delay: 50 * time.Millisecond, Profile: prof}, 1, 0)
+			if tc.held {
+				pl.HoldSchedules()
+			} else {
+				pl.StartSchedules(origin)
+			}
+			// Bucket of 1600 bytes: the first two frames leave at once,
+			// then one per 8000 bits at the rate in force.
+			var v [6]Verdict
+			for i := range v {
+				v[i] = pl.Arrive(tc.at, 1000)
+			}
+			gap := v[5].Exit - v[4].Exit
+			if want := time.Duration(8000 / tc.wantRate * 1e9); gap < want-want/100 || gap > want+want/100 {
+				t.Errorf("gap between frames %v, want %v (%g bit/s)", gap, want, tc.wantRate)
+			}
+			if d := v[0].Depart - v[0].Exit; d != tc.wantDelay {
+				t.Errorf("delay %v, want %v", d, tc.wantDelay)
+			}
+			if r := pl.Effective(tc.at).Rate; r != tc.wantRate {
+				t.Errorf("Effective rate %g, want %g", r, tc.wantRate)
+			}
+		})
+	}
+}
+
+// TestProfileDelayStepFIFO: a delay step d1 -> d2 at schedule time T (the
+// schedule's origin not at zero) applies to frames leaving the shaper from T
+// on, but departures never go backwards (a bent pipe does not reorder): a
+// frame leaving the shaper at or after T + max(0, d1-d2) leaves the delay
+// line at exactly exit + d2, one in between waits for the last frame sent
+// before T, and an increase applies to the first frame after T.
+func TestProfileDelayStepFIFO(t *testing.T) {
+	const origin, step = 37 * time.Second, 5 * time.Second
+	tests := []struct {
+		name   string
+		d1, d2 float64 // ms
+	}{
+		{"decrease", 30, 10},
+		{"handover to a nearer satellite", 28.4, 25.1},
+		{"increase", 10, 30},
+		{"no change", 20, 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			prof, err := NewProfile([]ProfilePoint{{T: 0, DelayMs: &tc.d1}, {T: step, DelayMs: &tc.d2}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d1 := time.Duration(tc.d1 * 1e6)
+			d2 := time.Duration(tc.d2 * 1e6)
+			settle := origin + step + max(0, d1-d2)
+			// 10 Mbit/s, and frames in bursts of three every 2.5 ms (9.6 Mbit/s),
+			// so the shaper delays some frames and exits differ from arrivals.
+			pl := NewPipeline(Params{RateBps: 10e6, CeilBps: 10e6, Burst: 1600, CBurst: 1600, Profile: prof}, 1, 0)
+			pl.HoldSchedules()
+			pl.StartSchedules(origin)
+			var last, lastBefore time.Duration
+			firstAfter := true
+			n := 0
+			for now := origin; now < origin+2*step; now += 2500 * time.Microsecond {
+				for range 3 {
+					v := pl.Arrive(now, 1000)
+					if v.Cause != None {
+						t.Fatalf("frame at %v dropped: %v", now, v.Cause)
+					}
+					n++
+					if v.Depart < last {
+						t.Fatalf("exit %v: departs %v before the frame ahead (%v)", v.Exit, v.Depart, last)
+					}
+					last = v.Depart
+					switch {
+					case v.Exit < origin+step:
+						if v.Depart != v.Exit+d1 {
+							t.Fatalf("exit %v before the step: departs %v, want exit + %v", v.Exit, v.Depart, d1)
+						}
+						lastBefore = v.Depart
+					case v.Exit >= settle:
+						if v.Depart != v.Exit+d2 {
+							t.Fatalf("exit %v after the step settled: departs %v, want exit + %v", v.Exit, v.Depart, d2)
+						}
+					default:
+						if want := max(v.Exit+d2, lastBefore); v.Depart != want {
+							t.Fatalf("exit %v within %v of the step: departs %v, want %v", v.Exit, d1-d2, v.Depart, want)
+						}
+					}
+					if v.Exit >= origin+step && firstAfter {
+						firstAfter = false
+						if tc.d2 > tc.d1 && v.Depart != v.Exit+d2 {
+							t.Fatalf("first frame after an increase departs %v, want exit + %v", v.Depart, d2)
+						}
+					}
+				}
+			}
+			if firstAfter || n < 1000 {
+				t.Fatalf("%d frames, none after the step", n)
+			}
+		})
+	}
+}

@@ -144,10 +144,8 @@ func (pl *Pipeline) Effective(t time.Duration) Conditions {
 	if pl.held {
 		return c
 	}
+	c.Rate = pl.rateAt(t)
 	t -= pl.origin
-	if r, ok := pl.p.Profile.Rate(t); ok {
-		c.Rate = r
-	}
 	if d, ok := pl.p.Profile.Delay(t); ok {
 		c.Delay = d
 	}
@@ -159,6 +157,18 @@ func (pl *Pipeline) Effective(t time.Duration) Conditions {
 	}
 	c.Up = pl.p.Profile.Up(t) && !pl.p.Outage.IsDown(t)
 	return c
+}
+
+// rateAt is the shaping rate in force at t: the profile's, on the same
+// schedule clock as its other columns (from origin, not while held), else
+// the configured one.
+func (pl *Pipeline) rateAt(t time.Duration) float64 {
+	if !pl.held {
+		if r, ok := pl.p.Profile.Rate(t - pl.origin); ok {
+			return r
+		}
+	}
+	return pl.p.RateBps
 }
 
 // HoldSchedules stops the outage and profile schedules until
@@ -201,12 +211,12 @@ func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
 		pl.c.Drops[DropQueue]++
 		return Verdict{Cause: DropQueue, Exit: now}
 	}
-	if r, ok := pl.p.Profile.Rate(now); ok && r != pl.rateNow {
+	// The rate is a shaper parameter, so it is the one in force when the
+	// frame arrives (the shaper computes its exit now); a profile rate
+	// raises the ceiling with it.
+	if r := pl.rateAt(now); r != pl.rateNow {
 		pl.rateNow = r
 		pl.sh.Set(r, max(r, pl.p.CeilBps), pl.p.Burst, pl.p.CBurst)
-	} else if !ok && pl.rateNow != pl.p.RateBps {
-		pl.rateNow = pl.p.RateBps
-		pl.sh.Set(pl.p.RateBps, pl.p.CeilBps, pl.p.Burst, pl.p.CBurst)
 	}
 	exit := pl.sh.Admit(max(now, pl.lastExit), size)
 	pl.lastExit = exit
