@@ -104,6 +104,8 @@ class Testbed:
         for host, name in wanted.items():
             if name:
                 self.tcp_profiles[host] = host_profiles.apply(load_profile(name), self.host(host))
+                # The profile's congestion control replaced the one set above: record what runs.
+                self.tcp_cc[host] = self.tcp_profiles[host]["net.ipv4.tcp_congestion_control"]
         if spec.routers:
             # A PEP's own upstream connections need next hops beyond its bridge.
             for t in spec.of_kind("pep"):
