@@ -197,7 +197,7 @@ def link_config(doc: object, where: str, seed: int, default_backend: str = "auto
             elif k == "queue" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise SatbedError(f"{w}: queue must be a positive number of packets")
             elif k == "profile" and isinstance(v, str):
-                v = os.path.join(os.path.abspath(base_dir), v)
+                v = os.path.normpath(os.path.join(os.path.abspath(base_dir), v))
             out[DIRECTION_KEYS[k]] = v
         return out
 
