@@ -10,6 +10,14 @@ from satbed.core.errors import SatbedError
 _SUMMARY = re.compile(r"rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
 _LOSS = re.compile(r"(\d+) packets transmitted, (\d+) received")
 _TTL = re.compile(r"ttl=(\d+)")
+# A reply as ping -D prints it: [epoch of arrival] ... icmp_seq=N ... time=RTT ms
+_ECHO = re.compile(r"^\[(\d+(?:\.\d+)?)\] .*\bicmp_seq=(\d+) .*\btime=(\d+(?:\.\d+)?) ms", re.M)
+
+# Every echo that came back, one a row, in the run directory: its sequence
+# number, when it was sent (epoch seconds, the clock result.json's times
+# use) and its RTT. A lost echo has no row.
+ECHOES_FILE = "ping_echoes.csv"
+ECHOES_HEADER = ("seq", "sent_epoch_s", "rtt_ms")
 
 
 class Ping(Client):
@@ -37,7 +45,13 @@ class Ping(Client):
                             timeout=count * interval + wait + 20, check=False)
         with open(ctx.path("logs", "ping.txt"), "w", encoding="utf-8") as f:
             f.write(cp.stdout + cp.stderr)
-        return parse(cp.stdout)
+        result = parse(cp.stdout)
+        rows = echoes(cp.stdout)
+        with open(ctx.path(ECHOES_FILE), "w", encoding="utf-8") as f:
+            f.write(",".join(ECHOES_HEADER) + "\n" +
+                    "".join(f"{seq},{sent:.6f},{rtt:g}\n" for seq, sent, rtt in rows))
+        result["echoes_file"] = ECHOES_FILE
+        return result
 
 
 def parse(out: str) -> dict:
@@ -54,3 +68,13 @@ def parse(out: str) -> dict:
     ttls = sorted({int(t) for t in _TTL.findall(out)})
     result["ttl"] = ttls
     return result
+
+
+def echoes(out: str) -> list[tuple[int, float, float]]:
+    """(icmp_seq, send time in epoch seconds, RTT ms) of each reply ping -D
+    printed: -D stamps a reply's arrival, so it was sent RTT earlier."""
+    rows = []
+    for m in _ECHO.finditer(out):
+        rtt = float(m.group(3))
+        rows.append((int(m.group(2)), float(m.group(1)) - rtt / 1000, rtt))
+    return rows
