@@ -24,7 +24,10 @@ def test_walker_flags(tmp_path):
     linkprofile.check(str(out))
     text = out.read_text()
     assert text.startswith("# satbed leo-profile: Walker 53:1584/72/17 delta at 550 km") and "t_s,delay_ms,up" in text
-    assert summary["points"] == len(text.splitlines()) - 2 and summary["handovers"]
+    # The source line, the handovers line, the header, the points.
+    assert summary["points"] == len(text.splitlines()) - 3 and summary["handovers"]
+    # The handover instants travel with the file, for a run's report to mark.
+    assert linkprofile.handovers(str(out)) == [h["t_s"] for h in summary["handovers"]]
     assert all(h["t_s"] in (15.0, 30.0) for h in summary["handovers"])
     # Each handover's outage is said, with its reason.
     assert r.stderr.count("handover to") == len(summary["handovers"])
@@ -50,6 +53,7 @@ def test_traces(tmp_path):
     r = satbed("leo-profile", "--mahimahi", str(trace), "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_text().splitlines()[1:] == ["t_s,rate_bps", "0,363360", "0.1,121120"]
+    assert linkprofile.handovers(str(out)) is None      # a trace tells no handovers
 
 
 @pytest.mark.parametrize("args, message", [

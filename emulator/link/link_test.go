@@ -3,6 +3,7 @@ package link
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -637,6 +638,39 @@ func TestProfileDelayStepFIFO(t *testing.T) {
 			}
 			if firstAfter || n < 1000 {
 				t.Fatalf("%d frames, none after the step", n)
+			}
+		})
+	}
+}
+
+// satbed leo-profile writes its handover instants on a comment line of their
+// own, after the line naming the source: the parser skips both, and the
+// committed LEO profile parses.
+func TestProfileHandoverCommentLines(t *testing.T) {
+	committed, err := os.ReadFile("../../profiles/link/leo-starlink.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		text  string
+		delay time.Duration
+	}{
+		{"two comment lines", "# made by\n# handovers_s: 15,30\nt_s,delay_ms\n0,4.5\n15,4\n", 4 * time.Millisecond},
+		{"no handovers", "# handovers_s:\nt_s,delay_ms\n0,4.5\n", 4500 * time.Microsecond},
+		{"committed", string(committed), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof, err := ParseProfile([]byte(tc.text))
+			if err != nil {
+				t.Fatalf("ParseProfile: %v", err)
+			}
+			d, ok := prof.Delay(20 * time.Second)
+			if !ok {
+				t.Fatal("no delay at 20 s")
+			}
+			if tc.delay != 0 && d != tc.delay {
+				t.Errorf("delay at 20 s = %v, want %v", d, tc.delay)
 			}
 		})
 	}

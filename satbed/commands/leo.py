@@ -101,6 +101,7 @@ def cmd_leo_profile(args: argparse.Namespace) -> int:
     if traced and geometry_flags:
         raise SatbedError(f"{geometry_flags[0]} goes with orbit geometry (--walker, --tle or a LEO link file), "
                           f"not a trace")
+    handover_times: list[float] | None = None    # a trace has no handovers to tell
     if traced:
         path = getattr(args, traced[0])
         window = 100.0 if args.window_ms is None else args.window_ms
@@ -116,13 +117,14 @@ def cmd_leo_profile(args: argparse.Namespace) -> int:
             raise SatbedError(f"{args.file}: {e}" if args.file else str(e)) from None
         sched = leo.schedule(spec)
         points, comment = sched.points, f"satbed leo-profile: {spec.describe()}"
+        handover_times = [h.t_s for h in sched.handovers]
         summary["handovers"] = [dataclasses.asdict(h) for h in sched.handovers]
         summary["down"] = [dataclasses.asdict(d) for d in sched.down]
         for d in sched.down:
             print(f"satbed: link down from {d.start_s:g} s to {d.end_s:g} s: {d.reason}", file=sys.stderr)
         for note in sched.notes:
             print(f"satbed: note: {note}", file=sys.stderr)
-    text = linkprofile.render(points, comment)
+    text = linkprofile.render(points, comment, handover_times)
     if len(text.encode()) > linkprofile.MAX_BYTES:
         raise SatbedError(f"the profile would be {len(text.encode())} bytes, more than satbed reads "
                           f"({linkprofile.MAX_BYTES}): shorten it or sample less often")

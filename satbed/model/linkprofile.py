@@ -19,6 +19,9 @@ from satbed.core.files import read_regular
 
 MAX_TIME_S = 1e7
 MAX_BYTES = 4 << 20
+# The comment line naming a profile's handover instants (satbed leo-profile
+# writes it, a run's report marks them): "# handovers_s: 15,30,45".
+HANDOVERS = "handovers_s:"
 COLUMNS = ("t_s", "ber", "loss", "delay_ms", "rate_bps", "up")
 # name -> (low, high, high included, low included)
 BOUNDS = {"ber": (0, 1, False, True), "loss": (0, 1, False, True), "delay_ms": (0, 3_600_000, True, True),
@@ -108,16 +111,52 @@ def _point(pt: dict, i: int, last: float) -> None:
         raise SatbedError(f"point {i}: up {pt['up']!r} is not true or false")
 
 
-def render(points: list[dict], comment: str = "") -> str:
+def render(points: list[dict], comment: str = "", handovers: list[float] | None = None) -> str:
     """Profile points as the CSV satemu reads: the columns some point sets,
     an empty cell where a point leaves a value unchanged, up as 1 or 0;
-    comment (one line) goes first, after '#'."""
+    comment (one line) goes first, after '#', then the handover instants
+    (HANDOVERS; an empty list says the profile has none) on a comment line
+    of their own, so they travel with the file and satemu skips them."""
     used = [c for c in COLUMNS if c == "t_s" or any(c in p for p in points)]
     lines = [f"# {comment}"] if comment else []
+    if handovers is not None:
+        lines.append(f"# {HANDOVERS} " + ",".join(_cell("t_s", t) for t in handovers))
     lines.append(",".join(used))
     for p in points:
         lines.append(",".join(_cell(c, p[c]) if c in p else "" for c in used))
     return "\n".join(lines) + "\n"
+
+
+def handovers(path: str) -> list[float] | None:
+    """The handover instants (profile seconds) a profile's HANDOVERS comment
+    line gives, or None where it has none (a profile not from orbit
+    geometry). A line that is there but unreadable is one SatbedError line."""
+    try:
+        text = read_regular(path, "link profile", MAX_BYTES).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SatbedError(f"profile {path}: not UTF-8 text") from None
+    found = None
+    for n, line in enumerate(text.splitlines(), 1):
+        body = line.lstrip()
+        if not body.startswith("#") or not body[1:].strip().startswith(HANDOVERS):
+            continue
+        if found is not None:
+            raise SatbedError(f"profile {path}: line {n}: a second {HANDOVERS} line")
+        found = []
+        cells = body[1:].strip()[len(HANDOVERS):].strip()
+        for cell in cells.split(",") if cells else []:
+            try:
+                t = float(cell)
+            except ValueError:
+                t = math.nan
+            if not math.isfinite(t) or not 0 <= t <= MAX_TIME_S:
+                raise SatbedError(f"profile {path}: line {n}: {HANDOVERS} {cell.strip()!r} is not a time "
+                                  f"in [0, {MAX_TIME_S:g}] s")
+            if found and t < found[-1]:
+                raise SatbedError(f"profile {path}: line {n}: {HANDOVERS} {cell.strip()!r} is before the "
+                                  f"one before it")
+            found.append(t)
+    return found
 
 
 def _cell(column: str, v: float | bool) -> str:
