@@ -141,7 +141,7 @@ def schedule(run: Path, config: dict, result: dict) -> Schedule | None:
     return None
 
 
-def _data_flow(path: Path, sender_ip: str, new_only: bool = True) -> list[tuple[float, int]]:
+def data_flow(path: Path, sender_ip: str, new_only: bool = True) -> list[tuple[float, int]]:
     """(time, payload bytes) of the largest TCP flow sent by sender_ip: new
     data only (beyond the highest sequence so far), or every segment."""
     summary = read_tcp(path)
@@ -219,8 +219,8 @@ def run_metrics(run_dir: str | Path) -> RunMetrics:
     dst = "10.99.15.254"
     try:
         topo = cfg.get("endpoints") or []
-        sent = _data_flow(run / "captures" / "lan_a.pcap", src, new_only=False)
-        got = _data_flow(run / "captures" / "lan_b.pcap", src)
+        sent = data_flow(run / "captures" / "lan_a.pcap", src, new_only=False)
+        got = data_flow(run / "captures" / "lan_b.pcap", src)
     except (OSError, PcapError) as e:
         m.error = f"captures: {e}"
         return m
@@ -303,7 +303,7 @@ def traces(run_dir: str | Path) -> dict:
            for s in samples if s.get("id") == main]
     rate: list[tuple[float, float]] = []
     try:
-        sent = _data_flow(run / "captures" / "lan_a.pcap", "10.99.15.2", new_only=False)
+        sent = data_flow(run / "captures" / "lan_a.pcap", "10.99.15.2", new_only=False)
         if sent and sched:
             b = _bins(sent, t0, max(t for t, _ in sent))
             rate = [(i * BIN_S, v / BIN_S / SEGMENT) for i, v in enumerate(b)]

@@ -20,7 +20,7 @@ from satbed.core.files import write_text
 from satbed.core.proc import REPO_ROOT
 from satbed.results.metrics import read_analysis
 
-from . import counters, traffic
+from . import counters, leo, traffic
 from .run import VANTAGES, _classic_pcap, analyze_run, capture_paths, configured_window, load_json, run_window
 from .tsg import Window, draw_from_xpl, generate_xplot
 
@@ -432,6 +432,8 @@ def write_report(run_dir: Path | str, window: Window | None = None) -> Path:
         "clock (time of day, UTC); the zoomed window covers the same absolute "
         "time at every vantage.</p>",
     ]
+    # Over a link with a profile: RTT, goodput and pepd's buffer over its time, handovers marked.
+    sections.insert(1, leo.report_section(run))
     sections += [_vantage_section(run, v, analysis[v], window, origin) for v in order]
     sections += _testbed_sections(run)
     sections += [

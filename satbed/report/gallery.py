@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import glob
 import html
+import json
 import os
 import sys
 from typing import TextIO
 
+from analysis import leo
 from analysis.figures import data_uri
 from analysis.report import write_report
 
@@ -36,6 +38,8 @@ def gallery(out: str, rows: list[CellRow], stream: TextIO = sys.stderr) -> list[
     for r in rows:
         cell_dir = os.path.join(out, "cells", r.hash)
         analysed = any(isinstance(v, dict) and "main" in v for v in (r.metrics.get("analysis") or {}).values())
+        # A LEO cell's report has its timeline, a ping cell's too (no TCP to analyse).
+        analysed = analysed or _has_profile(cell_dir)
         drawn = os.path.exists(os.path.join(cell_dir, "report.html")) or \
             glob.glob(os.path.join(cell_dir, "analysis", "**", "*.png"), recursive=True)
         if not analysed and not drawn:
@@ -81,7 +85,8 @@ def gallery_html(out: str, items: list[dict]) -> list[str]:
         cell = os.path.join(out, "cells", r.hash)
         label = f"{p['client']} / {pep_label(p)}, RTT {p['rtt']:g} ms, BER {fmt_ber(p['ber'])}, repetition {r.repetition}"
         links = [f"<a href='cells/{r.hash}/report.html'>cell report</a>"] if it["report"] else []
-        shown = [g for g in it["pngs"] if os.path.basename(g).startswith("tsg_window")] or it["pngs"][:1]
+        shown = [g for g in it["pngs"] if os.path.basename(g).startswith("tsg_window")
+                 or os.path.basename(g) == leo.FIGURE] or it["pngs"][:1]
         figures = []
         for png in it["pngs"]:
             rel = os.path.relpath(png, out)
@@ -95,6 +100,15 @@ def gallery_html(out: str, items: list[dict]) -> list[str]:
         parts.append(f"<h3>{html.escape(label)}</h3><div class='gallery'>{''.join(figures)}</div>"
                      f"<p class='caption'>{' · '.join(links)}</p>")
     return parts
+
+
+def _has_profile(cell_dir: str) -> bool:
+    """Whether the cell's satellite link followed a link profile (its config says)."""
+    try:
+        with open(os.path.join(cell_dir, "config.json"), encoding="utf-8") as f:
+            return leo.link_profiles(json.load(f)) is not None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _png_data(path: str) -> str:
