@@ -158,14 +158,24 @@ def link_profiles(config: dict) -> tuple[str, str] | None:
 
 def profile_delays(path: str) -> list[tuple[float, float]]:
     """The profile's one-way delay steps (t_s, ms), after linkprofile.check."""
+    return profile_steps(path, "delay_ms")
+
+
+def profile_steps(path: str, column: str) -> list[tuple[float, float]]:
+    """The steps (t_s, value) a CSV profile's column sets (up as 1 or 0),
+    after linkprofile.check; [] where the profile has no such column."""
     linkprofile.check(path)
     with open(path, encoding="utf-8") as f:
-        rows = [r for r in csv.reader(f, skipinitialspace=True) if r and not r[0].startswith("#")]
+        text = f.read()
+    if text.strip().startswith("["):
+        return [(float(p["t_s"]), float(p[column])) for p in json.loads(text) if p.get(column) is not None]
+    rows = [r for r in csv.reader(text.splitlines(), skipinitialspace=True) if r and not r[0].startswith("#")]
     head = [h.strip() for h in rows[0]]
-    if "delay_ms" not in head:
+    if column not in head:
         return []
-    t, d = head.index("t_s"), head.index("delay_ms")
-    return [(float(r[t]), float(r[d])) for r in rows[1:] if r[d].strip()]
+    t, c = head.index("t_s"), head.index(column)
+    cell = (lambda v: 1.0 if v.strip().lower() in ("true", "1", "t") else 0.0) if column == "up" else float
+    return [(float(r[t]), cell(r[c])) for r in rows[1:] if r[c].strip()]
 
 
 def delay_at(steps: list[tuple[float, float]], t: float) -> float | None:
