@@ -11,6 +11,7 @@ clock."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +24,8 @@ from analysis import leo
 from satbed.backends.clients import ping
 from satbed.core.errors import SatbedError
 from satbed.model import linkprofile
+from satbed.report.gallery import gallery, gallery_html
+from satbed.results.store import CellRow
 from synth_pcap import ACK, Seg, write_pcap
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "leo-run"
@@ -219,3 +222,27 @@ def test_ping_records_every_echo_by_its_send_time():
     # Without -D (no timestamps) there is nothing to place on the clock.
     assert ping.echoes(PING_D.replace("[1795794146.551397] ", "")) == [
         (3, pytest.approx(1795794147.561, abs=1e-6), 1000.0)]
+
+
+def test_the_run_report_and_the_matrix_gallery_show_the_timeline(tmp_path):
+    """A ping cell over the profile: no TCP to analyse, yet its report has
+    the LEO section and the matrix report's gallery embeds the figure."""
+    out = tmp_path / "matrix"
+    cell = stored_run(tmp_path)
+    shutil.move(str(cell), str(out / "cells" / "00000000000000aa"))
+    cell = out / "cells" / "00000000000000aa"
+    cfg = json.loads((cell / "config.json").read_text())
+    for d in ("a_to_b", "b_to_a"):
+        cfg["links"]["sat"][d]["profile"] = str(cell / "leo.csv")
+    (cell / "config.json").write_text(json.dumps(cfg))
+    row = CellRow(hash="00000000000000aa", experiment="leo", config={}, repetition=0, status="ok",
+                  params={"client": "ping", "pep": "none", "rtt": 0.0, "ber": 0.0})
+    shown = gallery(str(out), [row], stream=io.StringIO())
+    assert "LEO link over time" in (cell / "report.html").read_text()
+    assert f"<figcaption>analysis/leo/{leo.FIGURE}</figcaption>" in "\n".join(gallery_html(str(out), shown))
+    # Beside a TCP cell's zoomed graph the timeline is embedded too, not only linked.
+    (cell / "analysis" / "wan_b").mkdir(parents=True)
+    (cell / "analysis" / "wan_b" / "tsg_window.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    page = "\n".join(gallery_html(str(out), gallery(str(out), [row], stream=io.StringIO())))
+    assert f"<figcaption>analysis/leo/{leo.FIGURE}</figcaption>" in page
+    assert "<figcaption>analysis/wan_b/tsg_window.png</figcaption>" in page
