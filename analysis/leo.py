@@ -127,7 +127,7 @@ def _text(path: str, what: str) -> str:
         raise SatbedError(f"{path}: not UTF-8 text") from None
 
 
-def _load(path: Path) -> dict:
+def load_object(path: Path) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
@@ -189,11 +189,11 @@ def delay_at(steps: list[tuple[float, float]], t: float) -> float | None:
 def timeline(run_dir: str | Path) -> Timeline | None:
     """The run's LEO series, or None for a run whose link has no profile."""
     run = Path(run_dir)
-    config = _load(run / "config.json")
+    config = load_object(run / "config.json")
     profiles = link_profiles(config)
     if profiles is None:
         return None
-    result = _load(run / "result.json")
+    result = load_object(run / "result.json")
     origin = result.get("schedule_clock_wall_s")
     if not isinstance(origin, (int, float)) or isinstance(origin, bool):
         raise SatbedError(f"{run / 'result.json'}: no schedule_clock_wall_s: the profile's clock is unknown")

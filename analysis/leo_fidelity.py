@@ -122,14 +122,15 @@ def summary(errors: list[float]) -> dict:
             "p99_abs_ms": round(a[min(len(a) - 1, math.ceil(0.99 * len(a)) - 1)], 4), "max_abs_ms": round(a[-1], 4)}
 
 
-def _run(run: Path) -> tuple[dict, dict, tuple[str, str]]:
-    config, result = leo._load(run / "config.json"), leo._load(run / "result.json")
-    profiles = leo.link_profiles(config)
+def _run(run: Path) -> tuple[dict, tuple[str, str]]:
+    """A run's result.json and its satellite link's profiles (a to b, b to a)."""
+    profiles = leo.link_profiles(leo.load_object(run / "config.json"))
+    result = leo.load_object(run / "result.json")
     if profiles is None:
         raise SatbedError(f"{run}: its satellite link has no profile")
     if not isinstance(result.get("schedule_clock_wall_s"), (int, float)):
         raise SatbedError(f"{run / 'result.json'}: no schedule_clock_wall_s: the profile's clock is unknown")
-    return config, result, profiles
+    return result, profiles
 
 
 def _captures(run: Path) -> list[tuple[Frame, Frame]]:
@@ -142,7 +143,7 @@ def _captures(run: Path) -> list[tuple[Frame, Frame]]:
 def delay_fidelity(run_dir: str | Path) -> dict:
     """One-way and echo RTT errors of a run against its profile's delay."""
     run = Path(run_dir)
-    _, result, profiles = _run(run)
+    result, profiles = _run(run)
     origin = float(result["schedule_clock_wall_s"])
     steps = {"a_to_b": leo.profile_delays(profiles[0]), "b_to_a": leo.profile_delays(profiles[1])}
     if not steps["a_to_b"] or not steps["b_to_a"]:
@@ -167,7 +168,7 @@ def rate_fidelity(run_dir: str | Path, window_s: float = 1.0) -> dict:
     if not 0.01 <= window_s <= 3600:
         raise SatbedError(f"window {window_s:g} s: give 0.01 to 3600 s")
     run = Path(run_dir)
-    _, result, profiles = _run(run)
+    result, profiles = _run(run)
     origin = float(result["schedule_clock_wall_s"])
     pairs = _captures(run)
     bytes_by = {"a_to_b": 0, "b_to_a": 0}

@@ -24,7 +24,6 @@ and exit status 2."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
