@@ -61,7 +61,10 @@ def _json(text: str) -> list[dict]:
 
 
 def _csv(text: str) -> list[dict]:
-    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r and not r[0].startswith("#")]
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r and not r[0].startswith("#")]
+    except csv.Error as e:      # a carriage return alone inside a line, a NUL byte
+        raise SatbedError(f"not CSV ({e})") from None
     if not rows:
         raise SatbedError("csv header missing")
     header = [h.strip() for h in rows[0]]

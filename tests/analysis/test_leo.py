@@ -133,6 +133,7 @@ BAD_FILES = [
     ("leo.csv", "# handovers_s: -1\nt_s,delay_ms\n0,4\n", "handovers_s: '-1' is not a time"),
     ("leo.csv", "# handovers_s: 1\n# handovers_s: 2\nt_s,delay_ms\n0,4\n", "line 2: a second handovers_s: line"),
     ("leo.csv", "t_s,delay_ms\n0,-4\n", "delay_ms -4.0 outside"),
+    ("leo.csv", "t_s,delay_ms\n0,4\r5\n", "not CSV (new-line character seen in unquoted field"),
     ("result.json", "{}", "no schedule_clock_wall_s"),
     ("result.json", "[1]", "not a JSON object"),
 ]
