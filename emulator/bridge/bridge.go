@@ -254,26 +254,35 @@ func (b *Bridge) rxLoop(ctx context.Context, in Port, d *Dir) error {
 		now := b.clock()
 		d.mu.Lock()
 		for i := 0; i < n; i++ {
-			// Kernel timestamps may step back by microseconds between
-			// frames; the pipeline needs non-decreasing time.
-			t := max(now-ages[i], d.lastArrival)
-			d.lastArrival = t
-			v := d.pl.Arrive(t, sizes[i])
-			if v.Cause != link.None {
-				continue
+			if d.receive(now-ages[i], ptrs[i], sizes[i]) {
+				ptrs[i] = b.getBuf()
+				bufs[i] = *ptrs[i]
 			}
-			if !d.dl.push(frame{buf: ptrs[i], n: sizes[i], due: v.Depart}) {
-				d.overflow.Add(1)
-				continue
-			}
-			ptrs[i] = b.getBuf()
-			bufs[i] = *ptrs[i]
 		}
 		d.sleepOnly.Store(!spinWorthwhile(d.pl.PeakRate()))
 		d.mu.Unlock()
 		d.dl.signal()
 	}
 	return nil
+}
+
+// receive runs a frame that arrived at t through the pipeline and, if it is
+// delivered, into the delay line; true if the delay line took buf. The
+// caller holds d.mu.
+func (d *Dir) receive(t time.Duration, buf *[]byte, n int) bool {
+	// Kernel timestamps may step back by microseconds between frames; the
+	// pipeline needs non-decreasing time.
+	t = max(t, d.lastArrival)
+	d.lastArrival = t
+	v := d.pl.Arrive(t, n)
+	if v.Cause != link.None {
+		return false
+	}
+	if !d.dl.push(frame{buf: buf, n: n, seq: v.Seq, due: v.Depart}) {
+		d.overflow.Add(1)
+		return false
+	}
+	return true
 }
 
 func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
@@ -465,8 +474,15 @@ func (b *Bridge) Set(dir string, partial json.RawMessage) error {
 	}
 	for i, d := range targets {
 		d.mu.Lock()
+		// The pipeline's time never goes back: arrivals read after the
+		// change count from it.
+		now := max(b.clock(), d.lastArrival)
+		d.lastArrival = now
 		d.raw = raws[i]
-		d.pl.SetParams(params[i])
+		// Frames still in the shaper queue move in the delay line; this
+		// runs under d.mu, so the receive loop (its only other producer)
+		// is not pushing meanwhile.
+		d.pl.SetParams(now, params[i], d.dl.retime)
 		d.mu.Unlock()
 	}
 	return nil

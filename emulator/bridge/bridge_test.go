@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,5 +243,85 @@ func TestSpinWorthwhile(t *testing.T) {
 		if got := spinWorthwhile(tc.peakBps); got != tc.want {
 			t.Errorf("spinWorthwhile(%g) = %v, want %v", tc.peakBps, got, tc.want)
 		}
+	}
+}
+
+// A rate change through Set (the control socket's "set") while the queue is
+// full reaches the wire when the frame being sent ends, not after the queue
+// drained at the old rate: the queued frames move in the delay line, in
+// order, and from the first frame started after the change every 100 ms
+// carries the new rate to within one frame.
+func TestBridgeSetRateMovesQueue(t *testing.T) {
+	const (
+		size  = 1500
+		old   = 12e6
+		delay = 20 * time.Millisecond
+		step  = time.Second
+		end   = 2 * time.Second
+	)
+	tests := []struct {
+		name string
+		new  float64
+	}{
+		{"down", 4e6},
+		{"up", 36e6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Decode([]byte(`{"a_to_b":{"rate_bps":12e6,"delay_ms":20,"queue_packets":100},"b_to_a":{}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var now time.Duration
+			br, err := New(cfg, 1, func() time.Duration { return now }, newChanPort(), newChanPort(), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := br.dirs[0]
+			var sent []frame
+			set := false
+			// Four frames a millisecond (48 Mbit/s), above both rates; the
+			// frames due are sent as time goes.
+			for ; now < end; now += time.Millisecond {
+				if !set && now >= step {
+					set = true
+					if err := br.Set(AToB, json.RawMessage(fmt.Sprintf(`{"rate_bps":%g}`, tc.new))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				d.mu.Lock()
+				for range 4 {
+					buf := make([]byte, size)
+					d.receive(now, &buf, size)
+				}
+				d.mu.Unlock()
+				sent = d.dl.popDue(now, sent, len(d.dl.ring))
+			}
+			sent = d.dl.popDue(1<<62, sent, len(d.dl.ring))
+			var starts []time.Duration
+			for i, f := range sent {
+				if i > 0 && (f.due < sent[i-1].due || f.seq != sent[i-1].seq+1) {
+					t.Fatalf("frame %d (seq %d, due %v) after seq %d due %v", i, f.seq, f.due, sent[i-1].seq, sent[i-1].due)
+				}
+				starts = append(starts, f.due-delay)
+			}
+			k := sort.Search(len(starts), func(i int) bool { return starts[i] >= step })
+			frameTime := func(bps float64) time.Duration { return time.Duration(size * 8 / bps * 1e9) }
+			if k == len(starts) || starts[k]-step >= frameTime(old) {
+				t.Fatalf("no frame at the new rate within %v of the change", frameTime(old))
+			}
+			const win = 100 * time.Millisecond
+			for w := starts[k]; w+win <= end-win; w += win {
+				bytes := 0
+				for _, s := range starts {
+					if s >= w && s < w+win {
+						bytes += size
+					}
+				}
+				if want := tc.new / 8 * win.Seconds(); math.Abs(float64(bytes)-want) > size {
+					t.Errorf("window at %v: %d bytes, want %.0f within one frame", w, bytes, want)
+				}
+			}
+		})
 	}
 }

@@ -6,10 +6,22 @@ import (
 )
 
 // frame is a buffer in flight; buf comes from the pool and data = buf[:n].
+// seq is its pipeline Verdict.Seq.
 type frame struct {
 	buf *[]byte
 	n   int
+	seq uint64
 	due time.Duration
+}
+
+// slot is a frame in the ring. due is atomic because a live parameter change
+// moves the departures of frames still in the shaper queue (retime, on the
+// producer's side) while the consumer may be reading them.
+type slot struct {
+	buf *[]byte
+	n   int
+	seq uint64
+	due atomic.Int64
 }
 
 // delayLine is the FIFO of frames waiting for their departure time. The
@@ -22,7 +34,7 @@ type frame struct {
 // loaded machine) stalled the real-time transmit thread behind it for
 // milliseconds. The capacity is maxInFlight: a full ring refuses the frame.
 type delayLine struct {
-	ring   []frame
+	ring   []slot
 	head   atomic.Uint64 // next to pop; written by the consumer only
 	tail   atomic.Uint64 // next free slot; written by the producer only
 	notify chan struct{}
@@ -34,7 +46,7 @@ func newDelayLine(capacity int) *delayLine {
 	for c < capacity {
 		c <<= 1
 	}
-	return &delayLine{ring: make([]frame, c), notify: make(chan struct{}, 1)}
+	return &delayLine{ring: make([]slot, c), notify: make(chan struct{}, 1)}
 }
 
 // push appends f; false if the line is full. Producer only.
@@ -43,9 +55,31 @@ func (d *delayLine) push(f frame) bool {
 	if t-d.head.Load() == uint64(len(d.ring)) {
 		return false
 	}
-	d.ring[t&uint64(len(d.ring)-1)] = f
+	s := &d.ring[t&uint64(len(d.ring)-1)]
+	s.buf, s.n, s.seq = f.buf, f.n, f.seq
+	s.due.Store(int64(f.due))
 	d.tail.Store(t + 1)
 	return true
+}
+
+// retime gives the frame numbered seq a new due time, if it is still in the
+// line. Producer only. The frames it moves are the newest ones (those still
+// in the shaper queue), so the search runs from the tail; frames are pushed
+// in seq order. The consumer pops in FIFO order and stops at the first frame
+// not due, so while a batch of frames is being moved none overtakes another.
+func (d *delayLine) retime(seq uint64, due time.Duration) {
+	h, t := d.head.Load(), d.tail.Load()
+	mask := uint64(len(d.ring) - 1)
+	for i := t; i != h; i-- {
+		s := &d.ring[(i-1)&mask]
+		if s.seq == seq {
+			s.due.Store(int64(due))
+			return
+		}
+		if s.seq < seq {
+			return
+		}
+	}
 }
 
 // signal wakes a consumer waiting on notify. The producer calls it after
@@ -63,7 +97,7 @@ func (d *delayLine) front() (time.Duration, bool) {
 	if h == d.tail.Load() {
 		return 0, false
 	}
-	return d.ring[h&uint64(len(d.ring)-1)].due, true
+	return time.Duration(d.ring[h&uint64(len(d.ring)-1)].due.Load()), true
 }
 
 // popDue appends frames due at or before now (at most max) to out.
@@ -71,9 +105,14 @@ func (d *delayLine) front() (time.Duration, bool) {
 func (d *delayLine) popDue(now time.Duration, out []frame, max int) []frame {
 	h, t := d.head.Load(), d.tail.Load()
 	mask := uint64(len(d.ring) - 1)
-	for h != t && len(out) < max && d.ring[h&mask].due <= now {
-		out = append(out, d.ring[h&mask])
-		d.ring[h&mask] = frame{}
+	for h != t && len(out) < max {
+		s := &d.ring[h&mask]
+		due := time.Duration(s.due.Load())
+		if due > now {
+			break
+		}
+		out = append(out, frame{buf: s.buf, n: s.n, seq: s.seq, due: due})
+		s.buf = nil
 		h++
 	}
 	d.head.Store(h)

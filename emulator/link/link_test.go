@@ -1,10 +1,12 @@
 package link
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -528,16 +530,19 @@ func TestProfileRateOnScheduleClock(t *testing.T) {
 		name      string
 		held      bool
 		at        time.Duration // arrival on the emulator's clock
-		wantRate  float64
+		wantRate  float64       // in force at the arrival
 		wantDelay time.Duration
+		gapRate   float64 // the last frames' rate, when they start after a step (0: wantRate)
 	}{
-		{"held before the origin", true, 5 * time.Second, 100e6, 50 * time.Millisecond},
-		{"held after the origin", true, origin + 20*time.Second, 100e6, 50 * time.Millisecond},
-		{"before the origin", false, 50 * time.Second, 100e6, 50 * time.Millisecond},
-		{"first point", false, origin, 8e6, 300 * time.Millisecond},
-		{"first step, where the emulator's clock is past the second", false, origin + 5*time.Second, 8e6, 300 * time.Millisecond},
-		{"just before the second step", false, origin + 9999*time.Millisecond, 8e6, 300 * time.Millisecond},
-		{"second step", false, origin + 10*time.Second, 1e6, 100 * time.Millisecond},
+		{"held before the origin", true, 5 * time.Second, 100e6, 50 * time.Millisecond, 0},
+		{"held after the origin", true, origin + 20*time.Second, 100e6, 50 * time.Millisecond, 0},
+		{"before the origin", false, 50 * time.Second, 100e6, 50 * time.Millisecond, 0},
+		{"first point", false, origin, 8e6, 300 * time.Millisecond, 0},
+		{"first step, where the emulator's clock is past the second", false, origin + 5*time.Second, 8e6, 300 * time.Millisecond, 0},
+		{"just before the second step", false, origin + 9990*time.Millisecond, 8e6, 300 * time.Millisecond, 0},
+		// The fifth and sixth frames start after the step: serialised at its rate.
+		{"arriving before the second step, starting after it", false, origin + 9999*time.Millisecond, 8e6, 300 * time.Millisecond, 1e6},
+		{"second step", false, origin + 10*time.Second, 1e6, 100 * time.Millisecond, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -554,9 +559,13 @@ func TestProfileRateOnScheduleClock(t *testing.T) {
 			for i := range v {
 				v[i] = pl.Arrive(tc.at, 1000)
 			}
+			gapRate := tc.wantRate
+			if tc.gapRate != 0 {
+				gapRate = tc.gapRate
+			}
 			gap := v[5].Exit - v[4].Exit
-			if want := time.Duration(8000 / tc.wantRate * 1e9); gap < want-want/100 || gap > want+want/100 {
-				t.Errorf("gap between frames %v, want %v (%g bit/s)", gap, want, tc.wantRate)
+			if want := time.Duration(8000 / gapRate * 1e9); gap < want-want/100 || gap > want+want/100 {
+				t.Errorf("gap between frames %v, want %v (%g bit/s)", gap, want, gapRate)
 			}
 			if d := v[0].Depart - v[0].Exit; d != tc.wantDelay {
 				t.Errorf("delay %v, want %v", d, tc.wantDelay)
@@ -671,6 +680,118 @@ func TestProfileHandoverCommentLines(t *testing.T) {
 			}
 			if tc.delay != 0 && d != tc.delay {
 				t.Errorf("delay at 20 s = %v, want %v", d, tc.delay)
+			}
+		})
+	}
+}
+
+// TestRateStepFullQueue: a rate step while the queue is full reaches the
+// wire at the step, whether a profile row or a live change makes it. The
+// frame on the wire at the step finishes at the old rate, the first frame
+// to start after it is serialised at the new rate, departures never go
+// backwards, and every window after the step carries the new rate to
+// within one frame from the moment the new rate is on the wire (under the
+// rule "rate at arrival" the queue would first drain at the old rate for
+// queue*frame/old: 100 ms here).
+func TestRateStepFullQueue(t *testing.T) {
+	const (
+		size  = 1500
+		step  = time.Second
+		delay = 20 * time.Millisecond
+		end   = 2 * time.Second
+	)
+	tests := []struct {
+		name     string
+		old, new float64 // bit/s
+		live     bool    // SetParams at the step instead of a profile row
+	}{
+		{"profile, down", 12e6, 4e6, false},
+		{"profile, up", 12e6, 36e6, false},
+		{"live, down", 12e6, 4e6, true},
+		{"live, up", 12e6, 36e6, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Params{RateBps: tc.old, CeilBps: tc.old, Burst: 1600, CBurst: 1600, Delay: delay, QueuePackets: 100}
+			if !tc.live {
+				prof, err := ParseProfile([]byte(fmt.Sprintf("t_s,rate_bps\n0,%g\n%g,%g\n", tc.old, step.Seconds(), tc.new)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Profile = prof
+			}
+			pl := NewPipeline(p, 1, 0)
+			var departs []time.Duration // by Verdict.Seq
+			moved := func(seq uint64, d time.Duration) { departs[seq] = d }
+			changed := false
+			// Four frames a millisecond (48 Mbit/s): above both rates, so
+			// the queue stays full.
+			for now := time.Duration(0); now < end; now += time.Millisecond {
+				if tc.live && !changed && now >= step {
+					changed = true
+					np := pl.Params()
+					np.RateBps, np.CeilBps = tc.new, tc.new
+					pl.SetParams(step, np, moved)
+				}
+				for range 4 {
+					v := pl.Arrive(now, size)
+					if v.Cause == None {
+						if v.Seq != uint64(len(departs)) {
+							t.Fatalf("seq %d, want %d", v.Seq, len(departs))
+						}
+						departs = append(departs, v.Depart)
+					}
+				}
+			}
+			// Delay constant: a departure is the frame's start plus delay.
+			var starts []time.Duration
+			for i, d := range departs {
+				if i > 0 && d < departs[i-1] {
+					t.Fatalf("frame %d departs %v, before frame %d (%v)", i, d, i-1, departs[i-1])
+				}
+				starts = append(starts, d-delay)
+			}
+			k := sort.Search(len(starts), func(i int) bool { return starts[i] >= step })
+			if k < 2 || k+1 >= len(starts) {
+				t.Fatalf("no frames around the step (%d of %d)", k, len(starts))
+			}
+			frameTime := func(bps float64) time.Duration { return time.Duration(size * 8 / bps * 1e9) }
+			near := func(got, want time.Duration) bool { return got >= want-2 && got <= want+2 }
+			if got, want := starts[k]-starts[k-1], frameTime(tc.old); !near(got, want) {
+				t.Errorf("the frame on the wire at the step took %v, want %v (old rate)", got, want)
+			}
+			if got, want := starts[k+1]-starts[k], frameTime(tc.new); !near(got, want) {
+				t.Errorf("the first frame after the step took %v, want %v (new rate)", got, want)
+			}
+			// The new rate is on the wire once the frame sent at the step
+			// ends: within one frame time at the old rate.
+			onWire := starts[k]
+			if onWire-step >= frameTime(tc.old) {
+				t.Errorf("first frame at the new rate starts %v after the step, want under %v", onWire-step, frameTime(tc.old))
+			}
+			// Bytes started per 100 ms window, before the step and from then on.
+			const win = 100 * time.Millisecond
+			var windows []time.Duration
+			for w := step - 5*win; w < step; w += win {
+				windows = append(windows, w)
+			}
+			for w := onWire; w+win <= end-win; w += win {
+				windows = append(windows, w)
+			}
+			for _, w := range windows {
+				rate := tc.old
+				if w >= step {
+					rate = tc.new
+				}
+				bytes := 0
+				for _, s := range starts {
+					if s >= w && s < w+win {
+						bytes += size
+					}
+				}
+				if want := rate / 8 * win.Seconds(); math.Abs(float64(bytes)-want) > size {
+					t.Errorf("window at %v: %d bytes, want %.0f (%g bit/s) within one frame", w, bytes, want, rate)
+				}
 			}
 		})
 	}

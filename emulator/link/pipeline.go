@@ -45,7 +45,12 @@ type Verdict struct {
 	Cause  Cause
 	Exit   time.Duration // when it left the shaper (onto the channel)
 	Depart time.Duration // when it leaves the emulator (Cause == None)
+	Seq    uint64        // numbers the delivered frames in order (Cause == None), for Moved
 }
+
+// Moved receives a queued, delivered frame's new departure after a live
+// change (SetParams) re-timed the queue; seq is its Verdict.Seq.
+type Moved func(seq uint64, depart time.Duration)
 
 // Counters are cumulative per-direction figures kept by the pipeline.
 type Counters struct {
@@ -55,9 +60,19 @@ type Counters struct {
 	QueueHWBytes      int
 }
 
+// qent is a frame that has not yet started its transmission, with what a
+// live change needs to schedule it again: its arrival, its fate, and the
+// shaper and departure state it was admitted from.
 type qent struct {
-	exit time.Duration
-	size int
+	exit       time.Duration
+	size       int
+	arrival    time.Duration
+	delivered  bool
+	seq        uint64
+	prevExit   time.Duration // lastExit before this frame
+	prevDepart time.Duration // lastDepart before this frame
+	sh         Shaper        // the shaper before this frame started
+	rate       float64       // rateNow before this frame started
 }
 
 // Pipeline is one direction: drop-tail queue -> shaper -> channel errors ->
@@ -66,8 +81,10 @@ type qent struct {
 // The queue and shaper are computed in virtual time: since the queue is FIFO
 // and the shaper deterministic, a frame's shaper exit time is known when it
 // arrives, and the frames "in the queue" at time t are exactly those that
-// arrived but have exit time > t. Channel errors and delay are evaluated at
-// the exit time.
+// arrived but have exit time > t. A frame is serialised at the rate in force
+// when it starts (its exit): a profile's rate is known ahead, so the exit
+// accounts for it; a live change (SetParams) schedules the queued frames
+// again. Channel errors and delay are evaluated at the exit time.
 type Pipeline struct {
 	p          Params
 	sh         *Shaper
@@ -77,6 +94,8 @@ type Pipeline struct {
 	qBytes     int
 	lastExit   time.Duration
 	lastDepart time.Duration
+	seq        uint64 // Verdict.Seq of the next delivered frame
+	stale      bool   // p changed: the shaper takes it at the next start
 	rng        *rand.Rand
 	ge         GEState
 	c          Counters
@@ -101,13 +120,53 @@ func NewPipeline(p Params, seed, stream uint64) *Pipeline {
 // Params returns the parameters in force.
 func (pl *Pipeline) Params() Params { return pl.p }
 
-// SetParams replaces the parameters; frames already queued keep their
-// schedule, later arrivals use the new values. Token levels and the
-// Gilbert-Elliott state carry over.
-func (pl *Pipeline) SetParams(p Params) {
+// SetParams replaces the parameters at now (not before the last arrival).
+// The shaper takes them when the next frame starts its transmission: the
+// frame on the wire finishes at the old rate, and the frames still queued
+// are scheduled again behind it, in order, keeping the channel fate drawn on
+// arrival; moved (may be nil) gets each delivered one's new departure.
+// Token levels and the Gilbert-Elliott state carry over.
+func (pl *Pipeline) SetParams(now time.Duration, p Params, moved Moved) {
+	pl.purge(now)
+	if pl.qN > 0 {
+		// Back to the state the first queued frame was admitted from.
+		h := &pl.q[pl.qHead]
+		*pl.sh, pl.rateNow, pl.lastExit, pl.lastDepart = h.sh, h.rate, h.prevExit, h.prevDepart
+	}
 	pl.p = p
-	pl.rateNow = p.RateBps
-	pl.sh.Set(p.RateBps, p.CeilBps, p.Burst, p.CBurst)
+	pl.stale = true
+	for i := 0; i < pl.qN; i++ {
+		e := &pl.q[(pl.qHead+i)%len(pl.q)]
+		e.sh, e.rate, e.prevExit, e.prevDepart = *pl.sh, pl.rateNow, pl.lastExit, pl.lastDepart
+		e.exit = pl.admit(max(e.arrival, pl.lastExit), e.size)
+		pl.lastExit = e.exit
+		if e.delivered {
+			pl.lastDepart = max(e.exit+pl.Effective(e.exit).Delay, pl.lastDepart)
+			if moved != nil {
+				moved(e.seq, pl.lastDepart)
+			}
+		}
+	}
+}
+
+// setRate puts the shaper at rate r (bit/s); a profile rate raises the
+// ceiling with it.
+func (pl *Pipeline) setRate(r float64) {
+	pl.rateNow = r
+	pl.sh.Set(r, max(r, pl.p.CeilBps), pl.p.Burst, pl.p.CBurst)
+}
+
+// admit returns when a frame of size bytes ready at ready starts its
+// transmission, and charges it at the rate in force at that moment: a rate
+// step while it waits applies to it, not to the frame before.
+func (pl *Pipeline) admit(ready time.Duration, size int) time.Duration {
+	start := pl.sh.Start(ready)
+	if r := pl.rateAt(start); r != pl.rateNow || pl.stale {
+		pl.setRate(r)
+		pl.stale = false
+	}
+	pl.sh.Charge(size)
+	return start
 }
 
 // PeakRate is the fastest the shaper sends at the moment (its ceiling at the
@@ -187,7 +246,8 @@ func (pl *Pipeline) purge(now time.Duration) {
 	}
 }
 
-func (pl *Pipeline) push(e qent) {
+// push appends e and returns its slot, valid until the next push.
+func (pl *Pipeline) push(e qent) *qent {
 	if pl.qN == len(pl.q) {
 		nq := make([]qent, 2*len(pl.q))
 		for i := 0; i < pl.qN; i++ {
@@ -195,9 +255,11 @@ func (pl *Pipeline) push(e qent) {
 		}
 		pl.q, pl.qHead = nq, 0
 	}
-	pl.q[(pl.qHead+pl.qN)%len(pl.q)] = e
+	slot := &pl.q[(pl.qHead+pl.qN)%len(pl.q)]
+	*slot = e
 	pl.qN++
 	pl.qBytes += e.size
+	return slot
 }
 
 // Arrive processes a frame of size bytes arriving at now (non-decreasing
@@ -211,17 +273,13 @@ func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
 		pl.c.Drops[DropQueue]++
 		return Verdict{Cause: DropQueue, Exit: now}
 	}
-	// The rate is a shaper parameter, so it is the one in force when the
-	// frame arrives (the shaper computes its exit now); a profile rate
-	// raises the ceiling with it.
-	if r := pl.rateAt(now); r != pl.rateNow {
-		pl.rateNow = r
-		pl.sh.Set(r, max(r, pl.p.CeilBps), pl.p.Burst, pl.p.CBurst)
-	}
-	exit := pl.sh.Admit(max(now, pl.lastExit), size)
+	e := qent{size: size, arrival: now, prevExit: pl.lastExit, prevDepart: pl.lastDepart, sh: *pl.sh, rate: pl.rateNow}
+	exit := pl.admit(max(now, pl.lastExit), size)
 	pl.lastExit = exit
+	var queued *qent
 	if exit > now {
-		pl.push(qent{exit, size})
+		e.exit = exit
+		queued = pl.push(e)
 		pl.c.QueueHWPackets = max(pl.c.QueueHWPackets, pl.qN)
 		pl.c.QueueHWBytes = max(pl.c.QueueHWBytes, pl.qBytes)
 	}
@@ -248,5 +306,10 @@ func (pl *Pipeline) Arrive(now time.Duration, size int) Verdict {
 	// Never reorder: a delay decrease makes later frames wait for earlier ones.
 	v.Depart = max(exit+c.Delay, pl.lastDepart)
 	pl.lastDepart = v.Depart
+	v.Seq = pl.seq
+	pl.seq++
+	if queued != nil {
+		queued.delivered, queued.seq = true, v.Seq
+	}
 	return v
 }

@@ -91,11 +91,23 @@ func (sh *Shaper) advance(t time.Duration) {
 // Admit returns the earliest time >= ready at which a frame of length bytes
 // may leave, and charges it. Calls must use non-decreasing ready times.
 func (sh *Shaper) Admit(ready time.Duration, length int) time.Duration {
+	start := sh.Start(ready)
+	sh.Charge(length)
+	return start
+}
+
+// Start returns the earliest time >= ready at which the next frame may
+// leave, with the buckets filled up to that moment at the rates in force.
+// It charges nothing, so the caller may change the rate between Start and
+// Charge: a frame is then serialised at the rate in force when it starts.
+func (sh *Shaper) Start(ready time.Duration) time.Duration {
 	if sh.rate == 0 {
 		return ready
 	}
 	sh.advance(ready)
-	start := ready
+	// The buckets may already stand later than ready (after a live change
+	// brought them to that moment); waiting counts from there.
+	start := max(ready, sh.last)
 	if sh.s < 0 || sh.p < 0 {
 		var wait float64
 		if sh.s < 0 {
@@ -104,13 +116,20 @@ func (sh *Shaper) Admit(ready time.Duration, length int) time.Duration {
 		if sh.p < 0 {
 			wait = math.Max(wait, -sh.p/sh.ceil)
 		}
-		start = ready + time.Duration(math.Ceil(wait))
+		start += time.Duration(math.Ceil(wait))
 		sh.advance(start)
 		// Rounding to whole nanoseconds may leave a tiny negative residue.
 		sh.s = math.Max(sh.s, 0)
 		sh.p = math.Max(sh.p, 0)
 	}
+	return start
+}
+
+// Charge debits a frame of length bytes that starts now (at the last Start).
+func (sh *Shaper) Charge(length int) {
+	if sh.rate == 0 {
+		return
+	}
 	sh.s -= float64(length)
 	sh.p -= float64(length)
-	return start
 }
