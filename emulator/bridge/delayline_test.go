@@ -36,13 +36,17 @@ func TestDelayLineFullAndOrder(t *testing.T) {
 }
 
 // One producer and one consumer at full speed: every frame arrives once,
-// in order (run with -race).
+// in order (run with -race), while the producer also moves the due times of
+// frames the consumer may be popping, as a live change does.
 func TestDelayLineConcurrent(t *testing.T) {
 	const n = 200000
 	d := newDelayLine(64)
 	go func() {
 		for i := 0; i < n; {
-			if d.push(frame{n: i, due: time.Duration(i)}) {
+			if d.push(frame{n: i, seq: uint64(i), due: time.Duration(i)}) {
+				if i > 8 {
+					d.retime(uint64(i-8), time.Duration(i-8))
+				}
 				i++
 			}
 			d.signal()
