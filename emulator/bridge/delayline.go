@@ -37,6 +37,7 @@ type delayLine struct {
 	ring   []slot
 	head   atomic.Uint64 // next to pop; written by the consumer only
 	tail   atomic.Uint64 // next free slot; written by the producer only
+	hint   uint64        // after the frame retime last moved; producer only
 	notify chan struct{}
 }
 
@@ -65,15 +66,34 @@ func (d *delayLine) push(f frame) bool {
 // retime gives the frame numbered seq a new due time, if it is still in the
 // line. Producer only. The frames it moves are the newest ones (those still
 // in the shaper queue), so the search runs from the tail; frames are pushed
-// in seq order. The consumer pops in FIFO order and stops at the first frame
-// not due, so while a batch of frames is being moved none overtakes another.
+// in seq order. A live change moves them in seq order, so a call starts
+// after the frame the previous one moved: a whole queue costs one pass, not
+// one search per frame. The consumer pops in FIFO order and stops at the
+// first frame not due, so while frames are being moved none overtakes
+// another.
 func (d *delayLine) retime(seq uint64, due time.Duration) {
 	h, t := d.head.Load(), d.tail.Load()
 	mask := uint64(len(d.ring) - 1)
+	// hint-1 is the last frame moved; above head it is still in its slot.
+	if d.hint > h && d.hint <= t && d.ring[(d.hint-1)&mask].seq < seq {
+		for i := d.hint; i != t; i++ {
+			s := &d.ring[i&mask]
+			if s.seq == seq {
+				s.due.Store(int64(due))
+				d.hint = i + 1
+				return
+			}
+			if s.seq > seq {
+				return
+			}
+		}
+		return
+	}
 	for i := t; i != h; i-- {
 		s := &d.ring[(i-1)&mask]
 		if s.seq == seq {
 			s.due.Store(int64(due))
+			d.hint = i
 			return
 		}
 		if s.seq < seq {

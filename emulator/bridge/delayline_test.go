@@ -74,23 +74,26 @@ func TestDelayLineConcurrent(t *testing.T) {
 	}
 }
 
-// retime moves the frame with the given seq and only it, wherever it stands
-// in the ring (wrapped or not); a seq no longer (or never) in the line
-// changes nothing.
+// retime moves the frames with the given seqs and only them, wherever they
+// stand in the ring (wrapped or not), one after another as a live change
+// does; a seq no longer (or never) in the line changes nothing.
 func TestDelayLineRetime(t *testing.T) {
 	tests := []struct {
 		name   string
-		first  []uint64 // pushed into a ring of 4, due 10*seq
-		popped int      // then sent
-		then   []uint64 // then pushed (wrapping the ring)
-		seq    uint64
+		first  []uint64        // pushed into a ring of 4, due 10*seq
+		popped int             // then sent
+		then   []uint64        // then pushed (wrapping the ring)
+		seqs   []uint64        // moved to 99, in this order
 		want   []time.Duration // dues left, in order
 	}{
-		{"newest", []uint64{0, 1, 2, 3}, 0, nil, 3, []time.Duration{0, 10, 20, 99}},
-		{"oldest", []uint64{0, 1, 2, 3}, 0, nil, 0, []time.Duration{99, 10, 20, 30}},
-		{"wrapped", []uint64{0, 1, 2, 3}, 3, []uint64{4, 5}, 5, []time.Duration{30, 40, 99}},
-		{"already sent", []uint64{0, 1, 2, 3}, 3, []uint64{4, 5}, 1, []time.Duration{30, 40, 50}},
-		{"never in the line", []uint64{0, 1, 3}, 0, nil, 2, []time.Duration{0, 10, 30}},
+		{"newest", []uint64{0, 1, 2, 3}, 0, nil, []uint64{3}, []time.Duration{0, 10, 20, 99}},
+		{"oldest", []uint64{0, 1, 2, 3}, 0, nil, []uint64{0}, []time.Duration{99, 10, 20, 30}},
+		{"wrapped", []uint64{0, 1, 2, 3}, 3, []uint64{4, 5}, []uint64{5}, []time.Duration{30, 40, 99}},
+		{"already sent", []uint64{0, 1, 2, 3}, 3, []uint64{4, 5}, []uint64{1}, []time.Duration{30, 40, 50}},
+		{"never in the line", []uint64{0, 1, 3}, 0, nil, []uint64{2}, []time.Duration{0, 10, 30}},
+		{"a queue, wrapped", []uint64{0, 1, 2, 3}, 3, []uint64{4, 5}, []uint64{4, 5}, []time.Duration{30, 99, 99}},
+		{"a queue with a frame never in the line", []uint64{0, 1, 3, 4}, 0, nil, []uint64{1, 2, 3}, []time.Duration{0, 99, 99, 40}},
+		{"a queue after an earlier change", []uint64{0, 1, 2, 3}, 0, nil, []uint64{2, 3, 1, 2}, []time.Duration{0, 99, 99, 99}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,7 +110,9 @@ func TestDelayLineRetime(t *testing.T) {
 				t.Fatalf("popped %d, want %d", len(got), tc.popped)
 			}
 			push(tc.then)
-			d.retime(tc.seq, 99)
+			for _, seq := range tc.seqs {
+				d.retime(seq, 99)
+			}
 			var got []time.Duration
 			for d.len() > 0 {
 				// One at a time: a frame moved later must not block the check.
