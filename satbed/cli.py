@@ -35,7 +35,7 @@ from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
 from satbed.model.link import LinkConfig
 from satbed.report import globalhawk, page, summary
-from satbed.results import rundir
+from satbed.results import keep, rundir
 from satbed.results.store import MEASURED, UNAVAILABLE
 
 
@@ -226,6 +226,12 @@ def cmd_study_page(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keep(args: argparse.Namespace) -> int:
+    """A matrix run kept for a study page (satbed/results/keep.py)."""
+    print(json.dumps(keep.keep(args.src, args.dest)))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """A run directory gets its own report (redrawn from the stored captures
     and xplot files); a matrix directory gets the charts."""
@@ -375,6 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--page", default="docs/studies/global-hawk.md", help="the page (its part below the marker "
                     "line is rewritten; figures go to a directory of the page's name)")
     sp.set_defaults(fn=cmd_study_page, needs_root=False)
+
+    kp = sub.add_parser("keep", help="keep a matrix run for a study page: its results.sqlite without "
+                        "tcptrace's per-connection lists, and its cells' revisions (satbed study-page reads both)")
+    kp.add_argument("src", help="the --out directory of a `satbed matrix` run (only read)")
+    kp.add_argument("dest", help="an empty directory to keep it in, e.g. docs/studies/STUDY/results/NAME")
+    kp.set_defaults(fn=cmd_keep, needs_root=False)
 
     k = sub.add_parser("clean", help="remove what killed runs left behind")
     k.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"),
