@@ -30,18 +30,26 @@ BOUNDS = {"ber": (0, 1, False, True), "loss": (0, 1, False, True), "delay_ms": (
 
 def check(path: str) -> None:
     """One SatbedError line naming the file and the point for a profile satemu would refuse."""
+    points(path)
+
+
+def points(path: str) -> list[dict]:
+    """The profile's points as satemu reads them ({t_s, ber, ...}, a key only
+    where the point sets it), checked whole; one SatbedError line if satemu
+    would refuse the file."""
     try:
         text = read_regular(path, "link profile", MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         raise SatbedError(f"profile {path}: not UTF-8 text") from None
     try:
-        points = _json(text) if text.strip().startswith("[") else _csv(text)
+        found = _json(text) if text.strip().startswith("[") else _csv(text)
         last = 0.0
-        for i, pt in enumerate(points, 1):
+        for i, pt in enumerate(found, 1):
             _point(pt, i, last)
             last = pt["t_s"]
     except SatbedError as e:
         raise SatbedError(f"profile {path}: {e}") from None
+    return found
 
 
 def _json(text: str) -> list[dict]:
