@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from satbed.model import linkprofile
 from satbed.report import page as report_page
 from satbed.report import studies
 from satbed.report.studies import base, multiflow_ber, spoofing, split_gateways
@@ -209,6 +210,57 @@ def test_multiflow_page_classes_intervals_and_flows_by_ber(tmp_path):
         assert f"id='{fig}'" in page
     assert "<td>50 (1e-4)</td>" in page    # none: from 80% clean to 40% at the noisiest class
     assert "<td>10.0</td><td>206</td><td>25</td>" in page   # late p99 ms, late max ms, steal %
+
+
+def _with_profile(cell: str, profile: list[dict], origin_s: float, sampled: dict[float, float]) -> None:
+    """The cell's uplink ran PROFILE from ORIGIN_S on the emulator's clock;
+    its 100 ms samples saw the BER SAMPLED gives by time (0 elsewhere after 20 s)."""
+    path = os.path.join(cell, "uplink.csv")
+    with open(path, "w") as f:
+        f.write(linkprofile.render(profile))
+    emu = os.path.join(cell, "emulator", "emulator.json")
+    with open(emu) as f:
+        doc = json.load(f)
+    doc["config"] = {"a_to_b": {"effective": {"profile": path, "ber": 0, "loss": 0}}}
+    with open(emu, "w") as f:
+        json.dump(doc, f)
+    with open(os.path.join(cell, "result.json")) as f:
+        result = json.load(f)
+    with open(os.path.join(cell, "result.json"), "w") as f:
+        json.dump({**result, "schedule_clock_started_s": {"sat": origin_s}}, f)
+    series = os.path.join(cell, "emulator", "emulator_timeseries.csv")
+    lines = open(series).read().splitlines()
+    with open(series, "w") as f:
+        f.write(lines[0] + "\n")
+        for line in lines[1:]:
+            fields = line.split(",")
+            t = float(fields[0])
+            if fields[1] == "a_to_b" and t > 20:
+                fields[-1] = str(sampled.get(t, 0.0))
+            f.write(",".join(fields) + "\n")
+
+
+def test_bursts_and_per_packet_figures_are_classed_by_their_mean_over_each_second(tmp_path):
+    """A bursty uplink's samples see a burst or the gap after it; its class is
+    the profile's mean over each second (10 ms at 1e-2 a second: 1e-4). A
+    profile of per-packet losses is classed by the loss. The profile's clock
+    starts when the main flow does (here 5 s into the emulator's)."""
+    out = str(tmp_path)
+    bursty, packets = _multiflow_row(out, 3, "none", 0.8, 0.4), _multiflow_row(out, 4, "none", 0.8, 0.4)
+    burst = [{"t_s": 0, "ber": 1e-9}]
+    for k in range(15, 40):
+        burst += [{"t_s": k, "ber": 1e-2}, {"t_s": k + 0.01, "ber": 0.0}]
+    # Every tenth sample falls in a burst: the samples alone would class the noisy half 1e-2 or clean.
+    _with_profile(os.path.join(out, "cells", bursty.hash), burst, 5.0, {float(t): 1e-2 for t in range(21, 41)})
+    _with_profile(os.path.join(out, "cells", packets.hash), [{"t_s": 0, "loss": 1e-9}, {"t_s": 15, "loss": 1e-4}],
+                  5.0, {})
+    for r in (bursty, packets):
+        e = multiflow_ber.multiflow_tables(out, [r])[(20, 6, "none")]
+        assert e["util"]["1e-9"] == pytest.approx([0.8] * 2, rel=1e-6), r.hash
+        assert e["util"]["1e-4"] == pytest.approx([0.408, 0.4, 0.4, 0.4], rel=1e-6), r.hash
+        assert e["flows"] == {"1e-9": [100e3], "1e-4": [100e3]}, r.hash
+        figures = multiflow_ber._cell_figures(os.path.join(out, "cells", r.hash), r)
+        assert [d for d, _, _ in figures["intervals"]] == ["1e-9", "1e-9", "1e-4", "1e-4", "1e-4", "1e-4"]
 
 
 def test_a_link_sends_what_enters_it_less_its_own_queue_drops():
