@@ -546,7 +546,8 @@ def _error_models_why(cells: dict[str, dict]) -> str:
             f"{runs} run{'s' if runs != 1 else ''} in all): "
             + "; ".join(f"{label}, {x:.0f}% (`{v}`)" for v, label, x in measured) + ". "
             + (f"Near the paper's 25% (10-40%): {', '.join(near)}." if near
-               else "None of them brings it near the paper's 25% (10-40%)."))
+               else "None of them brings it near the paper's 25% (10-40%).")
+            + " The bursts' length and depth are satbed's choice: the paper gives only the mean.")
 
 
 def _error_models_table(cells: dict[str, dict]) -> list[str]:
