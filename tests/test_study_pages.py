@@ -16,8 +16,9 @@ import sqlite3
 import pytest
 
 from satbed.core.errors import SatbedError
+from satbed.model import experiment, linkprofile, profiles
 from satbed.report import globalhawk, studies
-from satbed.report.studies import spoofing, split_gateways
+from satbed.report.studies import multiflow_ber, spoofing, split_gateways
 
 from satbed_testlib import REPO, satbed
 
@@ -127,8 +128,6 @@ def test_the_study_conditions_reach_the_cells():
     """What the pages compare is what the cells run: the sender opens the
     spoofing study's connection, and the split-gateway study's variants set
     the T1 queue and the hosts' profiles."""
-    from satbed.model import experiment
-
     spoof = experiment.load(os.path.join(REPO, "experiments", "spoofing-claims.yaml"), ["tcp"])
     by_variant = {c.params["variant"]: c.config for c in spoof.cells}
     assert by_variant["end-to-end"]["endpoints"] == ["h1", "h5"]
@@ -156,3 +155,26 @@ def test_the_committed_pages_are_what_their_stored_runs_give(tmp_path, name):
     shutil.copytree(os.path.join(REPO, "docs", "studies", name), run)
     globalhawk.write_page([str(run)], str(copy), f"satbed study-page docs/studies/{name} --page docs/studies/{name}.md")
     assert open(copy, encoding="utf-8").read() == open(doc, encoding="utf-8").read()
+
+
+def test_the_error_models_and_the_hosts_window_reach_the_cells():
+    """The ACTS error-model variants run their profiles on the uplink (each
+    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway `-w32`
+    variants give both hosts the 32 KB window under the study's conditions."""
+    acts = {c.params["variant"]: c.config for c in
+            experiment.load(os.path.join(REPO, "scenarios", "multiflow-ber.yaml"), ["ping"]).cells}
+    for variant, _ in multiflow_ber.ERROR_MODELS:
+        path = acts[variant]["links"]["sat"]["a_to_b"]["profile"]
+        points = linkprofile.points(path)
+        key = "loss" if variant.endswith("-packet") else "ber"
+        means, after = multiflow_ber._profile_seconds(points, key, 0.0)
+        assert means[39] == pytest.approx(1e-9) and after == 0, variant
+        assert means[40:130] == pytest.approx([1e-4] * 90), variant
+        assert acts[variant]["profiles"] == acts[multiflow_ber.VERDICT]["profiles"], variant
+    split = {c.params["variant"]: c for c in
+             experiment.load(os.path.join(REPO, "scenarios", "split-gateways.yaml"), ["ftp"]).cells}
+    for variant in split_gateways.AT_STUDY_RATE.values():
+        assert split[variant].params["queue"] == 10, variant
+        assert split[variant].config["profiles"] == {"server": "default-64k-reno-adv32k",
+                                                      "client": "default-64k-reno-adv32k"}, variant
+    assert profiles.load("default-64k-reno-adv32k").sysctls["net.ipv4.tcp_rmem"] == "4096 54784 54784"
