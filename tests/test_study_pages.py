@@ -159,8 +159,8 @@ def test_the_committed_pages_are_what_their_stored_runs_give(tmp_path, name):
 
 def test_the_error_models_and_the_hosts_window_reach_the_cells():
     """The ACTS error-model variants run their profiles on the uplink (each
-    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway `-w32`
-    variants give both hosts the 32 KB window under the study's conditions."""
+    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway `-snd32k`
+    variants give both hosts a 32 KB send buffer under the study's conditions."""
     acts = {c.params["variant"]: c.config for c in
             experiment.load(os.path.join(REPO, "scenarios", "multiflow-ber.yaml"), ["ping"]).cells}
     for variant, _ in multiflow_ber.ERROR_MODELS:
@@ -175,6 +175,6 @@ def test_the_error_models_and_the_hosts_window_reach_the_cells():
              experiment.load(os.path.join(REPO, "scenarios", "split-gateways.yaml"), ["ftp"]).cells}
     for variant in split_gateways.AT_STUDY_RATE.values():
         assert split[variant].params["queue"] == 10, variant
-        assert split[variant].config["profiles"] == {"server": "default-64k-reno-adv32k",
-                                                      "client": "default-64k-reno-adv32k"}, variant
-    assert profiles.load("default-64k-reno-adv32k").sysctls["net.ipv4.tcp_rmem"] == "4096 54784 54784"
+        assert split[variant].config["profiles"] == {"server": "default-64k-reno-snd32k",
+                                                      "client": "default-64k-reno-snd32k"}, variant
+    assert profiles.load("default-64k-reno-snd32k").sysctls["net.ipv4.tcp_wmem"] == "4096 32768 32768"
