@@ -18,7 +18,7 @@ import statistics
 import pytest
 
 from satbed.report import globalhawk, studies
-from satbed.report.studies import ack_reservation
+from satbed.report.studies import ack_reservation, multiflow_ber
 
 from satbed_testlib import REPO, satbed
 
@@ -120,6 +120,27 @@ def test_the_acts_page_is_written_from_the_stored_run(tmp_path):
     every = table_rows(generated, "Each condition")
     assert every[0][3].startswith(f"{want:.0f}%"), every[0]     # the study-hosts-q40 column
     assert os.path.getsize(tmp_path / "acts-multiflow" / "cdfs.png") > 10_000
+
+
+def test_acts_row_5_gives_each_error_model_s_degradation_from_its_cells(tmp_path):
+    """Row 5's explanation and the error-model table give each model's
+    per-connection degradation from 1e-9 to 1e-4: the medians of the stored
+    uploads of its runs, pooled."""
+    run, page = fixture(tmp_path, "acts-multiflow"), page_in(tmp_path, "acts-multiflow")
+    assert satbed("study-page", run, "--page", page, timeout=120).returncode == 0
+    text = open(page).read()
+    why = headline_rows(text)[4][6]
+    db = sqlite3.connect(os.path.join(run, "results.sqlite"))
+    with open(os.path.join(run, "acts-multiflow.json")) as f:
+        figures = json.load(f)
+    for variant, label in multiflow_ber.ERROR_MODELS:
+        flows = [flow for h, params in db.execute("SELECT hash, params FROM cells")
+                 if json.loads(params).get("variant") == variant for flow in figures[h]["flows"]]
+        clean, noisy = (statistics.median(b for d, b in flows if d == dec) for dec in ("1e-9", "1e-4"))
+        drop = 100 * (clean - noisy) / clean
+        assert f"{label}, {drop:.0f}% (`{variant}`)" in why, why
+        line = next(x for x in text.splitlines() if x.startswith(f"| `{variant}` |"))
+        assert f"| {drop:.0f}% (" in line, line
 
 
 def test_a_run_without_its_figures_or_cells_says_no_cell(tmp_path):
