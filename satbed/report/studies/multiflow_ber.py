@@ -568,7 +568,8 @@ def _error_models_table(cells: dict[str, dict]) -> list[str]:
                    + ("-" if medians[0] is None else f"{medians[0] / 1e3:.1f}") + f" | {counts[1]} | "
                    + ("-" if medians[1] is None else f"{medians[1] / 1e3:.1f}") + " | "
                    + ("-" if drop is None else f"{drop:.0f}% ({'agrees' if _flow_holds(drop) else '**disagrees**'})")
-                   + " | " + " | ".join(fmt(_util(e, d), 0) if _util(e, d) is not None else "-" for d in ("1e-9", "1e-4"))
+                   + " | " + " | ".join(fmt(_util(e, d), 0) if _util(e, d) is not None else "-"
+                                        for d in ("1e-9", "1e-4"))
                    + " | " + ("-" if steal is None else f"{100 * steal:.0f}") + " |")
     return out
 
