@@ -158,23 +158,32 @@ def test_the_committed_pages_are_what_their_stored_runs_give(tmp_path, name):
 
 
 def test_row_6_reports_the_gateways_lead_over_hosts_at_the_study_rate(tmp_path):
-    """Row 6's explanation cites the `-snd32k` cells: the hosts' link rate
-    without gateways and the download-time ratio, as stored."""
+    """Row 6's explanation cites the send-buffer cells: each buffer's link
+    rate and retransmissions without gateways, and the download-time ratio
+    under the last buffer, as stored."""
     page = page_in(tmp_path, "split-gateways.md")
     assert satbed("study-page", SPLIT, "--page", page, timeout=120).returncode == 0
     why = generated_rows(page)[5][6]
-    (sat,) = stored(SPLIT, variant="satellite-study-q10-snd32k")
-    (gw,) = stored(SPLIT, variant="gateways-study-q10-paced-snd32k")
-    on_link = next(v for v, c in sat["captures"].items() if c["node"] == "sat")
-    kbps = sat["analysis"][on_link]["main"]["summary"]["throughput_bps"] / 1e3
-    assert (f"move {kbps:.0f} kbit/s (the study: about 500) and the gateways download "
+
+    def on_link(cell: dict) -> dict:
+        sat = next(v for v, c in cell["captures"].items() if c["node"] == "sat")
+        return cell["analysis"][sat]["main"]["summary"]
+
+    for kb in split_gateways.SEND_BUFFERS_KB:
+        (sat,) = stored(SPLIT, variant=f"satellite-study-q10-snd{kb}k")
+        summary = on_link(sat)
+        assert (f"{kb} KB: {summary['throughput_bps'] / 1e3:.0f} kbit/s, "
+                f"{summary['rexmt_pkts']:.0f} segments retransmitted") in why, why
+    (sat,) = stored(SPLIT, variant=split_gateways.AT_STUDY_RATE["satellite"])
+    (gw,) = stored(SPLIT, variant=split_gateways.AT_STUDY_RATE["gateways"])
+    assert (f"move {on_link(sat)['throughput_bps'] / 1e3:.0f} kbit/s and the gateways download "
             f"{sat['seconds'] / gw['seconds']:.2f}x faster") in why, why
 
 
 def test_the_error_models_and_the_hosts_window_reach_the_cells():
     """The ACTS error-model variants run their profiles on the uplink (each
-    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway `-snd32k`
-    variants give the sender a 32 KB send buffer under the study's conditions."""
+    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway send-buffer
+    variants give the sender each buffer tried under the study's conditions."""
     acts = {c.params["variant"]: c.config for c in
             experiment.load(os.path.join(REPO, "scenarios", "multiflow-ber.yaml"), ["ping"]).cells}
     for variant, _ in multiflow_ber.ERROR_MODELS:
@@ -187,8 +196,10 @@ def test_the_error_models_and_the_hosts_window_reach_the_cells():
         assert acts[variant]["profiles"] == acts[multiflow_ber.VERDICT]["profiles"], variant
     split = {c.params["variant"]: c for c in
              experiment.load(os.path.join(REPO, "scenarios", "split-gateways.yaml"), ["ftp"]).cells}
-    for variant in split_gateways.AT_STUDY_RATE.values():
-        assert split[variant].params["queue"] == 10, variant
-        assert split[variant].config["profiles"] == {"server": "default-64k-reno-snd32k",
-                                                      "client": "default-64k-reno"}, variant
-    assert profiles.load("default-64k-reno-snd32k").sysctls["net.ipv4.tcp_wmem"] == "4096 32768 32768"
+    for kb in split_gateways.SEND_BUFFERS_KB:
+        for variant in split_gateways._at_send_buffer(kb).values():
+            assert split[variant].params["queue"] == 10, variant
+            assert split[variant].config["profiles"] == {"server": f"default-64k-reno-snd{kb}k",
+                                                          "client": "default-64k-reno"}, variant
+        wmem = profiles.load(f"default-64k-reno-snd{kb}k").sysctls["net.ipv4.tcp_wmem"]
+        assert wmem == f"4096 {kb * 1024} {kb * 1024}", kb
