@@ -13,7 +13,7 @@ import sqlite3
 
 from satbed.core.errors import SatbedError
 from satbed.core.files import write_text
-from satbed.results.store import Store
+from satbed.results.store import DONE, Store
 
 REVISIONS = "revisions.json"
 
@@ -44,7 +44,8 @@ def _revisions(src: str) -> dict[str, dict]:
 
 def keep(src: str, dest: str) -> dict:
     """Write dest/results.sqlite (slimmed, compacted) and dest/revisions.json
-    from the matrix run in src; returns what was kept."""
+    (the revisions of its finished cells) from the matrix run in src;
+    returns what was kept."""
     db = os.path.join(src, "results.sqlite")
     if not os.path.isfile(db):
         raise SatbedError(f"{src}: no results.sqlite (the --out directory of `satbed matrix`)")
@@ -70,6 +71,9 @@ def keep(src: str, dest: str) -> dict:
         if os.path.exists(out):
             os.unlink(out)
         raise SatbedError(f"{db}: cannot be kept ({e})") from None
-    revisions = _revisions(src)
+    with Store(out, read_only=True) as kept:
+        finished = {r.hash for r in kept.cells() if r.status in DONE}
+    # An interrupted cell left a directory but no result: a resumed run redoes it.
+    revisions = {h: v for h, v in _revisions(src).items() if h in finished}
     write_text(os.path.join(dest, REVISIONS), json.dumps(revisions, sort_keys=True, indent=0) + "\n")
     return {"results": out, "bytes": os.path.getsize(out), "revisions": len(revisions)}
