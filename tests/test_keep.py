@@ -76,3 +76,16 @@ def test_keep_refuses_in_one_line(tmp_path):
     cp = satbed("keep", str(tmp_path / "bad"), str(tmp_path / "kept3"), timeout=60)
     assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
     assert not os.path.exists(tmp_path / "kept3" / "results.sqlite")
+
+
+def test_a_resumed_run_keeps_the_revisions_its_earlier_cells_were_kept_with(tmp_path):
+    """A run resumed elsewhere from a kept store has only its new cells'
+    directories: the revisions kept before are carried over."""
+    src, cell = _run(tmp_path)
+    with Store(os.path.join(src, "results.sqlite"), read_only=True) as store:
+        other = next(r.hash for r in store.cells() if r.hash != cell and r.status in ("ok", "limited"))
+    earlier = {other: {"git": {"commit": "cd" * 20, "dirty": False}}}
+    (tmp_path / "run" / keep.REVISIONS).write_text(json.dumps(earlier))
+    keep.keep(src, str(tmp_path / "kept"))
+    revisions = json.load(open(tmp_path / "kept" / keep.REVISIONS))
+    assert revisions == {**earlier, cell: {"git": {"commit": "ab" * 20, "dirty": False}}}

@@ -27,9 +27,17 @@ def _slim(metrics: dict) -> dict:
 
 
 def _revisions(src: str) -> dict[str, dict]:
-    """{cell hash: {"git": ...}} from the cells' environment.json (a batch's
-    cells share a directory; each names its own hash in result.json)."""
+    """{cell hash: {"git": ...}} from the cells' environment.json, over what
+    a revisions.json in src already says: a run resumed from a kept
+    results.sqlite (and its revisions.json) on another machine has only its
+    new cells' directories."""
     found: dict[str, dict] = {}
+    try:
+        with open(os.path.join(src, REVISIONS), encoding="utf-8") as f:
+            earlier = json.load(f)
+        found.update({h: v for h, v in earlier.items() if isinstance(v, dict) and isinstance(v.get("git"), dict)})
+    except (OSError, ValueError, AttributeError):
+        pass
     for path in glob.glob(os.path.join(src, "cells", "*", "**", "environment.json"), recursive=True):
         try:
             with open(path, encoding="utf-8") as f:
