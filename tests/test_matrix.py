@@ -144,8 +144,10 @@ def test_shipped_scenarios_with_variants():
     from satbed.execution import matrix
     sg = matrix.load(os.path.join(REPO, "scenarios", "split-gateways.yaml")).cells
     assert sorted(c.params["variant"] for c in sg) == [
-        "gateways", "gateways-study-q10", "gateways-study-q10-paced", "large-windows", "large-windows-q10",
-        "large-windows-study-q10", "large-windows-study-q40", "satellite", "satellite-study-q10", "terrestrial",
+        "gateways", "gateways-study-q10", "gateways-study-q10-paced", "gateways-study-q10-paced-snd32k",
+        "gateways-study-q10-paced-snd56k", "large-windows", "large-windows-q10",
+        "large-windows-study-q10", "large-windows-study-q40", "satellite", "satellite-study-q10",
+        "satellite-study-q10-snd32k", "satellite-study-q10-snd56k", "terrestrial",
         "terrestrial-study-q10"]
     by = {c.params["variant"]: c for c in sg}
     # The study's conditions: a 10-packet queue at the T1 port, Reno hosts without SACK.

@@ -12,7 +12,7 @@ import pytest
 from satbed.model import linkprofile
 from satbed.report import page as report_page
 from satbed.report import studies
-from satbed.report.studies import base, multiflow_ber, spoofing, split_gateways
+from satbed.report.studies import base, multiflow_ber, multiflow_cells, spoofing, split_gateways
 from satbed.results.store import CellRow, Store
 
 SPOOF = "/repo/scenarios/spoofing.yaml"
@@ -165,7 +165,7 @@ def _multiflow_row(out: str, n: int, pep: str, util_clean: float, util_noisy: fl
         for i in range(1, 401):
             t = i / 10
             noisy = t > 20
-            total += (util_noisy if noisy else util_clean) * multiflow_ber.T1_BPS / 8 / 10
+            total += (util_noisy if noisy else util_clean) * multiflow_cells.T1_BPS / 8 / 10
             f.write(f"{t:.1f},a_to_b,{total:.0f},{total:.0f},{total / 1000:.0f},0,0,{1e-4 if noisy else 1e-9}\n")
             f.write(f"{t:.1f},b_to_a,0,0,0,0,0,0\n")
     with open(os.path.join(cell, "traffic", "client-0-ou.jsonl"), "w") as f:

@@ -18,7 +18,7 @@ import pytest
 from satbed.core.errors import SatbedError
 from satbed.model import experiment, linkprofile, profiles
 from satbed.report import globalhawk, studies
-from satbed.report.studies import multiflow_ber, spoofing, split_gateways
+from satbed.report.studies import multiflow_ber, multiflow_cells, spoofing, split_gateways
 
 from satbed_testlib import REPO, satbed
 
@@ -190,7 +190,7 @@ def test_the_error_models_and_the_hosts_window_reach_the_cells():
         path = acts[variant]["links"]["sat"]["a_to_b"]["profile"]
         points = linkprofile.points(path)
         key = "loss" if variant.endswith("-packet") else "ber"
-        means, after = multiflow_ber._profile_seconds(points, key, 0.0)
+        means, after = multiflow_cells._profile_seconds(points, key, 0.0)
         assert means[39] == pytest.approx(1e-9) and after == 0, variant
         assert means[40:130] == pytest.approx([1e-4] * 90), variant
         assert acts[variant]["profiles"] == acts[multiflow_ber.VERDICT]["profiles"], variant
