@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from satbed.core.files import jsonl_records
+
 from .figures import data_uri, plt, png
 from .pcap import PcapError, read_tcp
 
@@ -103,18 +105,7 @@ def _load(path: Path) -> Any:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    return out
+    return list(jsonl_records(path)) if path.is_file() else []
 
 
 def _integrity(result: dict) -> str:

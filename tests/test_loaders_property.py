@@ -6,6 +6,7 @@ else (an unexpected exception is a traceback in front of the user)."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import tempfile
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import satbed_testlib  # noqa: F401  (puts the repository on sys.path)
 from satbed.core.errors import SatbedError
+from satbed.core.files import jsonl_records
 
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -98,6 +100,29 @@ def test_records_scan_never_raises(data):
             records.RECORD_DIR = old
         assert len(found) == 1
         assert isinstance(found[0], (records.RunRecord, str))
+
+
+objects = documents.filter(lambda d: isinstance(d, dict)).map(lambda d: ("object", d))
+# Anything that is not one whole JSON object on its line: JSON objects start with "{".
+noise = st.binary(max_size=80).filter(lambda b: not (set(b) & {10, 13}) and not b.lstrip().startswith(b"{")) \
+    | documents.filter(lambda d: not isinstance(d, dict)).map(lambda d: json.dumps(d).encode()) \
+    | objects.map(lambda o: json.dumps(o[1]).encode()[:-1])          # a torn object: its last byte lost
+noise = noise.map(lambda b: ("noise", b))
+
+
+@PROFILE
+@given(st.lists(objects | noise, max_size=8))
+def test_jsonl_records_yield_every_whole_object_line_and_skip_the_rest(lines):
+    """A file the testbed's programs write while running, torn or garbled
+    anywhere: every line that is a JSON object comes back, in order, nothing
+    else does, and no line raises."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "records.jsonl")
+        with open(path, "wb") as f:
+            f.write(b"\n".join(json.dumps(v).encode() if kind == "object" else v for kind, v in lines))
+        got = list(jsonl_records(path))
+    # Compared as JSON text: NaN is not equal to itself.
+    assert [json.dumps(r) for r in got] == [json.dumps(v) for kind, v in lines if kind == "object"]
 
 
 def _pcap(frames: list[bytes], linktype: int) -> bytes:

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from satbed.core.errors import SatbedError
-from satbed.report import globalhawk, globalhawk_grid
+from satbed.report import globalhawk, globalhawk_claims, globalhawk_grid, globalhawk_spread
 
 from satbed_testlib import REPO, satbed
 
@@ -52,7 +52,7 @@ def test_the_page_is_rewritten_below_its_marker_from_the_stored_numbers(tmp_path
     assert cells[6] == f"{want / 1e3:.0f} kbit/s (agrees)", row
     # Every claim has a row, and each condition a value or an honest "no cell".
     rows = [line for line in generated.splitlines() if re.match(r"\| \d+ \|", line)]
-    assert len(rows) == len(globalhawk.CLAIMS)
+    assert len(rows) == len(globalhawk_claims.CLAIMS)
     for chart in ("chart1", "chart2", "chart3"):
         assert os.path.getsize(tmp_path / "global-hawk" / f"{chart}.png") > 10_000
         assert f"](global-hawk/{chart}.png)" in generated
@@ -62,7 +62,7 @@ def test_the_page_is_rewritten_below_its_marker_from_the_stored_numbers(tmp_path
 def test_a_verdict_follows_the_numbers(tmp_path):
     """The verdict is computed, not written: a claim whose test is inverted flips."""
     cells, _ = globalhawk.load_cells([FIXTURE])
-    claim = next(c for c in globalhawk.CLAIMS if c.where == "Figure 2" and "730" in c.says)
+    claim = next(c for c in globalhawk_claims.CLAIMS if c.where == "Figure 2" and "730" in c.says)
     per_packet = claim.value(cells, "study-errors")
     per_bit = claim.value(cells, "study")
     assert per_packet is not None and per_bit is not None
@@ -103,10 +103,10 @@ def test_the_pepd_leg_experiment_is_read_from_its_cells(cubic_gain, verdict):
     rows += [_row(c, "pepd", 0.0, 6e6) for c in ("ftp", "scp")]
     rows += [_row(c, "pepd", 0.0, 2e6 * cubic_gain, o) for c in ("ftp", "scp")
              for o in ("cc=cubic", "cc=cubic buffer_factor=1")]
-    text = globalhawk._cubic_leg(globalhawk.Cells(rows), 0.0)
+    text = globalhawk_claims.cubic_leg(globalhawk_claims.Cells(rows), 0.0)
     assert f"{cubic_gain:.2f}-{cubic_gain:.2f}x" in text and "3.00-3.00x on BBR" in text and verdict in text
-    assert "untested" in globalhawk._cubic_leg(globalhawk.Cells(rows[:4]), 0.0)
-    table = globalhawk._pepd_leg_table(globalhawk.Cells(rows))
+    assert "untested" in globalhawk_claims.cubic_leg(globalhawk_claims.Cells(rows[:4]), 0.0)
+    table = globalhawk._pepd_leg_table(globalhawk_claims.Cells(rows))
     assert table[2] == f"| ftp | 0 ms | 2,000 | 6,000 | {2000 * cubic_gain:,.0f} | {2000 * cubic_gain:,.0f} |"
 
 
@@ -115,12 +115,12 @@ def test_a_time_sequence_figure_needs_its_cell_or_its_earlier_drawing(tmp_path):
     drawn from that very cell is already beside the page."""
     row = _row("ftp", "none", 600.0, 8e5, variant="study-errors")
     figures = str(tmp_path / "global-hawk")
-    out = globalhawk._tsg_figures(globalhawk.Cells([row]), figures)
+    out = globalhawk._tsg_figures(globalhawk_claims.Cells([row]), figures)
     assert out[0].startswith("- Figure 2: FTP without a PEP") and "no stored cell directory" in out[0]
     assert any("no stored cell)" in line for line in out[1:])
     os.makedirs(figures)
     open(os.path.join(figures, f"tsg-{row.hash}-lan_a.png"), "wb").write(b"png")
-    out = globalhawk._tsg_figures(globalhawk.Cells([row]), figures)
+    out = globalhawk._tsg_figures(globalhawk_claims.Cells([row]), figures)
     assert f"![Figure 2: FTP without a PEP, Client A's side](global-hawk/tsg-{row.hash}-lan_a.png)" in out
 
 
@@ -188,3 +188,31 @@ def test_the_whole_grid_has_its_own_section_and_never_mixes_into_the_claims(tmp_
     rows = list(csv.DictReader(open(tmp_path / "global-hawk" / "grid.csv")))
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok", "limited", "failed"}
     assert next(r for r in rows if r["status"] == "limited")["goodput_bps"] == "70000"
+
+
+def _window_row(client: str, pep: str, repetition: int, lan_win: int, experiment: str = "globalhawk-window-spread"
+                ) -> "globalhawk.CellRow":
+    """A cell of today's hosts at 600 ms and 1e-5 whose client advertised at most lan_win."""
+    params = {"client": client, "pep": pep, "rtt": 600.0, "ber": 1e-5, "pep_options": "", "variant": "today",
+              "size": 100 << 20, "time_limit": 300.0, "seed": 1}
+    acks = {"win_max": lan_win, "sack_pkts": 10}
+    main = {"data_direction": "b2a", "b2a": {}, "a2b": acks}
+    metrics = {"analysis": {"lan_a": {"main": main}, "wan_a": {"main": main}}}
+    return globalhawk.CellRow(hash=f"{experiment}{client}{pep}{repetition}", experiment=experiment, params=params,
+                              config={}, repetition=repetition, status="limited", goodput_bps=80e3, metrics=metrics)
+
+
+def test_the_spread_section_counts_the_runs_that_uphold_each_verdict():
+    """Row 15 (SCP's window grows to about 1 MB) upheld by two runs of three
+    is the run's verdict, not the host's; row 11 (FTP's window below the
+    bandwidth-delay product) upheld by none is settled."""
+    spread = [_window_row("scp", "none", k, w) for k, w in enumerate((1_654_784, 467_456, 1_300_000))]
+    spread += [_window_row("ftp", "none", k, 250_000) for k in range(3)]
+    claims = globalhawk_claims.Cells([_window_row("scp", "none", 0, 467_456, "globalhawk-claims")])
+    lines = globalhawk_spread.section(spread, claims, globalhawk_claims.Cells([]))
+    row15 = next(line for line in lines if line.startswith("| 15 |"))
+    assert row15.endswith("| 2 of 3 |") and "467,456 B (**disagrees**)" in row15
+    row11 = next(line for line in lines if line.startswith("| 11 |"))
+    assert row11.endswith("| 0 of 3 |")
+    assert any("disagree with each other on rows 13, 15" in line for line in lines), lines
+    assert any("same verdict on rows 5, 11, 16" in line for line in lines), lines

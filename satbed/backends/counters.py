@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from satbed.core.errors import SatbedError
+from satbed.core.files import jsonl_records
 
 if TYPE_CHECKING:   # the analysis half must load where Mininet is absent
     from satbed.backends.net import Intf
@@ -250,17 +251,10 @@ class CounterSampler:
 
 def read_series(path: str) -> list[dict]:
     """The samples of a stored series (a torn last line is skipped)."""
-    rows = []
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue
+        return list(jsonl_records(path))
     except OSError as e:
         raise SatbedError(f"cannot read counter series {path}: {e.strerror}") from None
-    return rows
 
 
 def by_port(rows: list[dict]) -> dict[str, list[dict]]:

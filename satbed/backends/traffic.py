@@ -33,13 +33,13 @@ import shlex
 import signal
 import subprocess
 import time
-import json
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from satbed.backends.clients.transfer import listening
 from satbed.core.errors import SatbedError
+from satbed.core.files import jsonl_records
 from satbed.core.proc import our_binary
 from satbed.model.workload import TRAFFIC_DIR, TrafficSpec
 
@@ -208,16 +208,11 @@ def _last_line(path: str) -> str:
 
 def _read_jsonl(path: str) -> tuple[list[dict], dict | None]:
     flows, summ = [], None
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue        # a torn last line of a killed process
-            if rec.get("record") == "flow":
-                flows.append(rec)
-            elif rec.get("record") == "summary":
-                summ = rec
+    for rec in jsonl_records(path):
+        if rec.get("record") == "flow":
+            flows.append(rec)
+        elif rec.get("record") == "summary":
+            summ = rec
     return flows, summ
 
 

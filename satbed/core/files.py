@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import tempfile
+from typing import Iterator
 
 from satbed.core.errors import SatbedError
 
@@ -67,3 +68,17 @@ def read_json(path: str | os.PathLike, what: str, limit: int = 64 << 20) -> obje
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise SatbedError(f"{os.fspath(path)}: a damaged {what} (not JSON: {str(e)[:100]})") from None
+
+
+def jsonl_records(path: str | os.PathLike) -> Iterator[dict]:
+    """The records of a JSON-lines file that a program of the testbed wrote
+    while running: a line that is not a JSON object (the torn last line of a
+    killed process) is skipped, not fatal. OSError is the caller's."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):
+                yield rec

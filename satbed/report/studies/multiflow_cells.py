@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Callable
 
 from satbed.core.errors import SatbedError
+from satbed.core.files import jsonl_records
 from satbed.model import linkprofile
 
 from .base import EmuSample
@@ -163,17 +164,12 @@ def _uplink_flows(cell: str, samples: list[EmuSample], t0: float,
     records; the class by FIGURE, by default the samples' BER."""
     out = []
     for path in glob.glob(os.path.join(cell, "traffic", "client-*.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("record") == "summary" or not rec.get("completed") or not rec.get("sender"):
-                    continue
-                mid = (float(rec["start"]) + float(rec["end"])) / 2 - t0
-                out.append((_decade(figure(mid) if figure else _ber_at(samples, mid)),
-                            float(rec.get("goodput_bps") or 0)))
+        for rec in jsonl_records(path):
+            if rec.get("record") == "summary" or not rec.get("completed") or not rec.get("sender"):
+                continue
+            mid = (float(rec["start"]) + float(rec["end"])) / 2 - t0
+            out.append((_decade(figure(mid) if figure else _ber_at(samples, mid)),
+                        float(rec.get("goodput_bps") or 0)))
     return out
 
 
@@ -181,18 +177,13 @@ def _generator_summary(cell: str) -> dict:
     """Flows, peak concurrent flows and the generator's CPU share (both ends)."""
     flows, peak, cpu = 0, 0, 0.0
     for path in glob.glob(os.path.join(cell, "traffic", "*.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if '"summary"' not in line:
-                    continue
-                try:
-                    s = json.loads(line)
-                except ValueError:
-                    continue
-                if s.get("side") == "client":
-                    flows += int(s.get("flows") or 0)
-                    peak = max(peak, int(s.get("max_active") or 0))
-                cpu += float(s.get("cpu_share") or 0)
+        for s in jsonl_records(path):
+            if s.get("record") != "summary":
+                continue
+            if s.get("side") == "client":
+                flows += int(s.get("flows") or 0)
+                peak = max(peak, int(s.get("max_active") or 0))
+            cpu += float(s.get("cpu_share") or 0)
     return {"flows": flows, "peak_active": peak, "cpu_share": cpu}
 
 
@@ -222,15 +213,10 @@ def _router_drops(cell: str, node: str, port: str, t0: float) -> list[tuple[floa
     path = os.path.join(cell, "counters", "interfaces.jsonl")
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if row.get("node") != node or row.get("port") != port:
-                continue
-            d = float(row.get("dropped") or 0)
-            out.append((float(row["unix"]) - t0, d - last if last is not None else 0.0))
-            last = d
+    for row in jsonl_records(path):
+        if row.get("node") != node or row.get("port") != port:
+            continue
+        d = float(row.get("dropped") or 0)
+        out.append((float(row["unix"]) - t0, d - last if last is not None else 0.0))
+        last = d
     return out

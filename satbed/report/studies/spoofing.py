@@ -8,13 +8,13 @@ from __future__ import annotations
 import bisect
 import glob
 import html
-import json
 import os
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from analysis.figures import plt
+from satbed.core.files import jsonl_records
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
@@ -83,13 +83,11 @@ def _spoofer_buffer(out: str, r: CellRow) -> list[tuple[float, float]]:
     step = 0.1
     by_id: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
     for path in glob.glob(os.path.join(out, "cells", r.hash, "pep", "*", "buffer.jsonl")):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    by_id[(path, int(rec["id"]))].append((float(rec["t"]), float(rec.get("occupancy_bytes") or 0)))
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for rec in jsonl_records(path):
+            try:
+                by_id[(path, int(rec["id"]))].append((float(rec["t"]), float(rec.get("occupancy_bytes") or 0)))
+            except (ValueError, KeyError, TypeError):
+                continue
     if not by_id:
         return []
     for samples in by_id.values():
