@@ -216,3 +216,28 @@ def test_the_spread_section_counts_the_runs_that_uphold_each_verdict():
     assert row11.endswith("| 0 of 3 |")
     assert any("disagree with each other on rows 13, 15" in line for line in lines), lines
     assert any("same verdict on rows 5, 11, 16" in line for line in lines), lines
+
+
+def _limited(hash_: str, idle_ms: float) -> "globalhawk.CellRow":
+    params = {"client": "scp", "pep": "scps", "pep_options": globalhawk_grid.SCPS_OPTIONS, "rtt": 600.0,
+              "ber": 1e-5, "variant": "study-scps", "size": 100 << 20}
+    leg = {"idletime_max_ms": idle_ms, "rexmt_pkts": 18}
+    metrics = {"bytes": 73_105_408, "analysis": {"lan_a": {"main": {"data_direction": "b2a", "b2a": leg}}}}
+    return globalhawk.CellRow(hash=hash_, experiment="globalhawk", params=params, config={}, repetition=0,
+                              status="limited", goodput_bps=1.95e6, metrics=metrics)
+
+
+@pytest.mark.parametrize("idle_ms, mark", [(65_000.0, "1.95†"), (5_500.0, "1.95*")])
+def test_an_unfinished_cell_whose_data_went_silent_is_marked_stalled_not_slow(idle_ms, mark):
+    """A time-limited cell whose client leg was silent for minutes is listed
+    as a stall, with what it delivered; one that kept moving stays `*`."""
+    lines = globalhawk_grid.tables(globalhawk_grid.Grid([_limited("c0ffee", idle_ms)]))
+    row = next(line for line in lines if line.startswith("| scp | SCPS gateway |"))
+    assert row.rstrip(" |").split("|")[-1].strip() == mark
+    listed = [line for line in lines if line.startswith("- `c0ffee`")]
+    if mark.endswith("†"):
+        assert listed == ["- `c0ffee`: scp with scps (study-scps), 600 ms, 1e-5: 69.7 of 100 MB delivered; silent "
+                          "for 65 s at most; 18 segments retransmitted on the client's leg, where the emulator "
+                          "loses nothing."]
+    else:
+        assert listed == []

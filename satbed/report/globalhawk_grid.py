@@ -35,6 +35,11 @@ CONDITIONS = (("today", ("today",), "today's hosts, errors per bit", "today's ho
               ("study-errors", ("study-errors", "study-scps"), "the study's hosts and error model (per packet)",
                "study's hosts\nerrors per packet"))
 
+# A cell that did not finish is stalled, not slow, when the main transfer's
+# data went silent on the client's leg for this long: far beyond any
+# retransmission backoff of the grid's lossy cells (a few seconds at most).
+STALL_S = 30.0
+
 Goodput = Callable[[str, str, str, float, float, str], "float | None"]
 
 
@@ -70,6 +75,19 @@ class Grid:
         return [r for v in variants for r in self.cells(v, client, pep, options, rtt, ber)]
 
 
+def client_leg(r: CellRow) -> dict:
+    """tcptrace's figures for the main transfer's data on the client's leg
+    (lan_a), {} where the cell has none."""
+    main = ((r.metrics.get("analysis") or {}).get("lan_a") or {}).get("main") or {}
+    data = main.get(main.get("data_direction") or "")
+    return data if isinstance(data, dict) else {}
+
+
+def stalled(r: CellRow) -> bool:
+    idle = client_leg(r).get("idletime_max_ms")
+    return r.status == "limited" and isinstance(idle, (int, float)) and idle >= STALL_S * 1000
+
+
 def _cell_text(rows: list[CellRow]) -> str:
     if not rows:
         return "·"
@@ -77,7 +95,30 @@ def _cell_text(rows: list[CellRow]) -> str:
     if not measured:
         return rows[0].status
     mean = statistics.fmean(r.goodput_bps for r in measured) / 1e6
-    return f"{mean:.2f}" + ("*" if any(r.status == "limited" for r in measured) else "")
+    mark = "†" if any(stalled(r) for r in measured) else "*" if any(r.status == "limited" for r in measured) else ""
+    return f"{mean:.2f}{mark}"
+
+
+def _stalls(grid: Grid) -> list[str]:
+    """The cells that stopped moving data before their time limit, each with
+    what the client's leg shows."""
+    found = [r for r in grid.rows if stalled(r)]
+    if not found:
+        return []
+    out = [f"`†`: the transfer stopped. The cell reached its time limit, and its data went silent on the "
+           f"client's leg (`lan_a`) for {STALL_S:g} s or more. That is tcptrace's longest idle time there; "
+           "in the grid's other unfinished cells it is a few seconds at most. These cells measure a stall, "
+           "not a rate:", ""]
+    for r in found:
+        p, leg = r.params, client_leg(r)
+        delivered = r.metrics.get("bytes")
+        share = (f"{delivered / 2**20:.1f} of {p.get('size', 0) / 2**20:g} MB delivered"
+                 if isinstance(delivered, (int, float)) else "")
+        out.append(f"- `{r.hash}`: {p['client']} with {p['pep']} ({p.get('variant', '')}), {p['rtt']:g} ms, "
+                   f"{fmt_ber(p['ber'])}: {share}; silent for {leg['idletime_max_ms'] / 1000:.0f} s at most; "
+                   f"{leg.get('rexmt_pkts', '?')} segments retransmitted on the client's leg, where the "
+                   "emulator loses nothing.")
+    return out + [""]
 
 
 def _modes_of(variants: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
@@ -211,6 +252,7 @@ def tables(grid: Grid) -> list[str]:
     out = ["Goodput in Mbit/s, by condition; columns are RTT and BER. `*`: the cell reached its 300 s "
            "measurement window before the 100 MB were through (status `limited`; the goodput is over what "
            "it delivered). Every cell is in `global-hawk/grid.csv` beside this page.", ""]
+    out += _stalls(grid)
     for _, variants, label, _ in CONDITIONS:
         out += [f"#### {label[0].upper() + label[1:]}", "", *_table(grid, variants), ""]
     return out
