@@ -49,7 +49,7 @@ def section(spread: list[CellRow], claims: Cells, grid: Cells) -> list[str]:
         "| # | the paper says | claims run | whole grid | "
         + " | ".join(f"run {k + 1}" for k in runs) + " | runs that agree |",
         "|---|---|---|---|" + "---|" * (len(runs) + 1)]
-    settled, split = [], []
+    settled, split, outvoted = [], [], []
     for i, claim in enumerate(CLAIMS, 1):
         values = [claim.value(c, VARIANT) for c in per_run]
         if all(v is None for v in values):
@@ -60,10 +60,17 @@ def section(spread: list[CellRow], claims: Cells, grid: Cells) -> list[str]:
         cells = [_shown(v, claim.unit, v is not None and claim.holds(v)) for v in (a, b, *values)]
         lines.append(f"| {i} | {claim.says} | " + " | ".join(cells) + f" | {upheld} of {answered} |")
         (settled if upheld in (0, answered) else split).append(str(i))
+        if upheld in (0, answered) and a is not None and claim.holds(a) != (upheld == answered):
+            outvoted.append(str(i))
     lines.append("")
     if settled:
         lines.append(f"Every run gives the same verdict on row{'s' if len(settled) > 1 else ''} "
                      f"{', '.join(settled)}: under today's hosts that verdict is the host's.")
+    if outvoted:
+        lines.append(f"On row{'s' if len(outvoted) > 1 else ''} {', '.join(outvoted)} the claims experiment's "
+                     "verdict is not the one every repeat gives: its cells ran on earlier revisions (\"How "
+                     "they were made\" above), the repeats on the grid's, so there the repeats are the current "
+                     "code's answer.")
     if split:
         lines.append(f"The runs disagree with each other on row{'s' if len(split) > 1 else ''} "
                      f"{', '.join(split)}: there one run's figure falls on either side of the paper's, so "
