@@ -144,11 +144,11 @@ def test_shipped_scenarios_with_variants():
     from satbed.execution import matrix
     sg = matrix.load(os.path.join(REPO, "scenarios", "split-gateways.yaml")).cells
     assert sorted(c.params["variant"] for c in sg) == [
-        "gateways", "gateways-study-q10", "gateways-study-q10-paced", "gateways-study-q10-paced-snd32k",
-        "gateways-study-q10-paced-snd56k", "large-windows", "large-windows-q10",
-        "large-windows-study-q10", "large-windows-study-q40", "satellite", "satellite-study-q10",
-        "satellite-study-q10-snd32k", "satellite-study-q10-snd56k", "terrestrial",
-        "terrestrial-study-q10"]
+        "gateways", "gateways-study-q10", "gateways-study-q10-paced", "gateways-study-q10-paced-rcv52k",
+        "gateways-study-q10-paced-snd32k", "gateways-study-q10-paced-snd56k", "large-windows",
+        "large-windows-q10", "large-windows-study-q10", "large-windows-study-q40", "satellite",
+        "satellite-study-q10", "satellite-study-q10-rcv52k", "satellite-study-q10-snd32k",
+        "satellite-study-q10-snd56k", "terrestrial", "terrestrial-study-q10"]
     by = {c.params["variant"]: c for c in sg}
     # The study's conditions: a 10-packet queue at the T1 port, Reno hosts without SACK.
     assert by["large-windows-study-q10"].config["profiles"] == {"server": "large-windows-195k-reno",
@@ -157,6 +157,10 @@ def test_shipped_scenarios_with_variants():
     assert by["terrestrial"].params["rtt"] == 0 and by["satellite"].params["rtt"] == 500
     assert by["large-windows"].config["profiles"] == {"server": "large-windows-195k", "client": "large-windows-195k"}
     assert by["gateways"].config["pep"] == "pepd" and by["gateways"].config["profiles"]["server"] == "default-64k"
+    # The receiver's window from NcFTP's own buffer request, in those variants only: every
+    # other cell's configuration, and so its hash, is as it was.
+    assert {v: c.config["client_rcvbuf"] for v, c in by.items() if "client_rcvbuf" in c.config} == {
+        "satellite-study-q10-rcv52k": 26800, "gateways-study-q10-paced-rcv52k": 26800}
     gh = matrix.load(os.path.join(REPO, "scenarios", "globalhawk.yaml")).cells
     today = [c for c in gh if c.params["variant"] == "today"]
     study = [c for c in gh if c.params["variant"] == "study"]

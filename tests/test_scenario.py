@@ -69,6 +69,7 @@ BASE = {"topology": "spoofing", "workload": {"main": {"client": "ping", "between
     ({"profiles": {"h1": "nosuch"}}, "unknown TCP profile"),
     ({"peps": {"h2": {"name": "nosuch"}}}, "unknown PEP"),
     ({"workload": {"main": {"between": ["h1"]}}}, "between"),
+    ({"workload": {"main": {"client": "ftp", "rcvbuf": "32K"}}}, "workload.main.rcvbuf"),
     ({"workload": {"main": {"client": "ping"}, "traffic": {"server": "h3"}}}, "workload.traffic"),
 ])
 def test_bad_scenarios_are_one_line(tmp_path, change, message):

@@ -158,9 +158,11 @@ def test_the_committed_pages_are_what_their_stored_runs_give(tmp_path, name):
 
 
 def test_row_6_reports_the_gateways_lead_over_hosts_at_the_study_rate(tmp_path):
-    """Row 6's explanation cites the send-buffer cells: each buffer's link
-    rate and retransmissions without gateways, and the download-time ratio
-    under the last buffer, as stored."""
+    """Row 6's explanation cites the receiver's-window cells (the window the
+    client advertised, the hosts' link rate, the download-time ratio) and
+    the send-buffer cells before them: each buffer's link rate and
+    retransmissions without gateways, and the ratio under the last buffer,
+    as stored."""
     page = page_in(tmp_path, "split-gateways.md")
     assert satbed("study-page", SPLIT, "--page", page, timeout=120).returncode == 0
     why = generated_rows(page)[5][6]
@@ -178,12 +180,20 @@ def test_row_6_reports_the_gateways_lead_over_hosts_at_the_study_rate(tmp_path):
     (gw,) = stored(SPLIT, variant=split_gateways.AT_STUDY_RATE["gateways"])
     assert (f"move {on_link(sat)['throughput_bps'] / 1e3:.0f} kbit/s and the gateways download "
             f"{sat['seconds'] / gw['seconds']:.2f}x faster") in why, why
+    # The window held at the receiver: what the client advertised, what the hosts moved, the ratio.
+    (sat,) = stored(SPLIT, variant=split_gateways.AT_RECEIVER["satellite"])
+    (gw,) = stored(SPLIT, variant=split_gateways.AT_RECEIVER["gateways"])
+    summary = on_link(sat)
+    assert (f"advertises at most {summary['receiver_win_max']:,.0f} B and the hosts move "
+            f"{summary['throughput_bps'] / 1e3:.0f} kbit/s") in why, why
+    assert f"download {sat['seconds'] / gw['seconds']:.2f}x faster" in why, why
 
 
 def test_the_error_models_and_the_hosts_window_reach_the_cells():
     """The ACTS error-model variants run their profiles on the uplink (each
-    a mean of 1e-4 after 40 s at 1e-9), and the split-gateway send-buffer
-    variants give the sender each buffer tried under the study's conditions."""
+    a mean of 1e-4 after 40 s at 1e-9), the split-gateway send-buffer
+    variants give the sender each buffer tried under the study's conditions,
+    and the receive-buffer variants the client its NcFTP request."""
     acts = {c.params["variant"]: c.config for c in
             experiment.load(os.path.join(REPO, "scenarios", "multiflow-ber.yaml"), ["ping"]).cells}
     for variant, _ in multiflow_ber.ERROR_MODELS:
@@ -203,3 +213,8 @@ def test_the_error_models_and_the_hosts_window_reach_the_cells():
                                                           "client": "default-64k-reno"}, variant
         wmem = profiles.load(f"default-64k-reno-snd{kb}k").sysctls["net.ipv4.tcp_wmem"]
         assert wmem == f"4096 {kb * 1024} {kb * 1024}", kb
+    # The receiver's window: the client's NcFTP asks for half the buffer the page names (Linux doubles it).
+    for variant in split_gateways.AT_RECEIVER.values():
+        assert split[variant].params["queue"] == 10, variant
+        assert split[variant].config["profiles"] == {"server": "default-64k-reno", "client": "default-64k-reno"}
+        assert split[variant].config["client_rcvbuf"] == 26_800, variant

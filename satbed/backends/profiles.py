@@ -35,6 +35,10 @@ def apply(profile: Profile, host: Host) -> dict:
             raise bad(key, f"refused {value!r}: {cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else ''}")
     for key in ["net.ipv4.tcp_congestion_control", *profile.sysctls]:
         applied[key] = " ".join(host.run(["sysctl", "-n", key]).stdout.split())
+        # sysctl exits 0 when the kernel refuses a write (a setting read-only
+        # in a namespace): what the kernel kept is the test.
+        if key in profile.sysctls and applied[key] != profile.sysctls[key]:
+            raise bad(key, f"the kernel kept {applied[key]!r}, not {profile.sysctls[key]!r}")
     if profile.route:
         attrs = [w for k, v in profile.route.items() for w in (k, v)]
         routes = []

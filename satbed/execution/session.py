@@ -147,6 +147,9 @@ class Session:
         self.spec = topology.load(cfg.topology, cfg.topology_overrides)
         self.plan = plan(cfg, self.spec)
         self.client = clients.get(cfg.client)
+        if cfg.client_rcvbuf and cfg.direction not in self.client.rcvbuf_directions:
+            raise SatbedError(f"workload.main.rcvbuf: {cfg.client} cannot ask for a receive buffer "
+                              f"in a {cfg.direction}")
         self.tb = Testbed(self.spec, backend=backend)
         self.dir = ""
         self.env: dict = {}
@@ -240,7 +243,8 @@ class Session:
         ground, aircraft = tb.host(the_plan.a), tb.host(the_plan.b)
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=t.run_dir, rate_bps=the_plan.path_rate_bps(),
-                            rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s)
+                            rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s,
+                            rcvbuf=cfg.client_rcvbuf)
         if cfg.cwnd_interval_s:
             sender, receiver = (ground, aircraft) if cfg.direction == "upload" else (aircraft, ground)
             t.cwnd_sampler = cwnd.CwndSampler(sender, str(receiver.ip.ip), t.run_dir, cfg.cwnd_interval_s)

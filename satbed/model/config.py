@@ -51,9 +51,10 @@ class RunConfig:
     cwnd_interval_s: float = 0.0                                    # sample the sender's cwnd (ss -ti) this often
     scenario: str = ""                                              # the scenario file it came from
     topology_overrides: dict = field(default_factory=dict)          # dotted path in the topology -> value
+    client_rcvbuf: int = 0                                          # SO_RCVBUF the client tool asks for; 0: its own
 
     NEW_FIELDS = ("links", "peps", "profiles", "endpoints", "traffic", "main_delay_s", "scenario",
-                  "topology_overrides", "cwnd_interval_s")
+                  "topology_overrides", "cwnd_interval_s", "client_rcvbuf")
 
     def validate(self, clients: Collection[str]) -> None:
         """clients: the client names this installation has (the adapters found

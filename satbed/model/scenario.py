@@ -41,7 +41,7 @@ from satbed.core.units import parse_ber, parse_delay_ms, parse_loss, parse_rate,
 SCENARIO_DIR = os.path.join(REPO_ROOT, "scenarios")
 TOP_KEYS = ("name", "description", "topology", "link", "links", "peps", "pep", "pep_options", "profiles",
             "workload", "captures", "seed", "analyze", "graphs", "matrix")
-MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_after", "cwnd_trace")
+MAIN_KEYS = ("client", "between", "direction", "size", "time_limit", "start_after", "cwnd_trace", "rcvbuf")
 LINK_PARAMS = ("rate", "ceil", "rtt", "ber", "loss", "queue", "emulator")      # the `link:` block: matrix parameters
 # A named link's keys -> emulation.Direction fields, per direction.
 DIRECTION_KEYS = {"rate": "rate_bps", "ceil": "ceil_bps", "burst": "burst_bytes", "cburst": "cburst_bytes",
@@ -124,7 +124,7 @@ def parse(doc: dict, path: str) -> Scenario:
     for k, v in main.items():
         if k not in MAIN_KEYS:
             raise SatbedError(f"workload.main: unknown key {k!r} (known: {', '.join(MAIN_KEYS)})")
-        if k not in ("between", "start_after", "cwnd_trace"):
+        if k not in ("between", "start_after", "cwnd_trace", "rcvbuf"):
             params[k] = v
     m = doc.get("matrix") or {}
     if not isinstance(m, dict) or set(m) - {"repetitions", "timeout", "axes", "variants", "reference"}:
@@ -137,8 +137,10 @@ def parse(doc: dict, path: str) -> Scenario:
 
 # Where a dotted path may point: what a sweep (matrix axes) or `satbed run --set`
 # changes beyond the matrix parameters. workload.main.between: which end opens
-# the connection (the client tool runs on the first host).
-PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "workload.main.between", "topology")
+# the connection (the client tool runs on the first host); workload.main.rcvbuf:
+# the receive buffer the client tool asks for.
+PATH_ROOTS = ("links", "peps", "profiles", "workload.traffic", "workload.main.between", "workload.main.rcvbuf",
+              "topology")
 
 
 def check_path(path: str) -> str:
@@ -308,6 +310,12 @@ def extras(doc: dict, path: str, seed: int) -> dict:
                           f"(0.01..10, 0 = off), got {cwnd!r}")
     if cwnd:
         out["cwnd_interval_s"] = float(cwnd)
+    rcvbuf = main.get("rcvbuf", 0)
+    if isinstance(rcvbuf, bool) or not isinstance(rcvbuf, int) or rcvbuf < 0:
+        raise SatbedError(f"workload.main.rcvbuf: the bytes of receive buffer the client tool asks for "
+                          f"(SO_RCVBUF; 0 = its own choice), got {rcvbuf!r}")
+    if rcvbuf:
+        out["client_rcvbuf"] = rcvbuf
     if workload_doc.get("traffic"):
         out["traffic"] = workload.TrafficSpec.from_dict(workload_doc["traffic"], "workload.traffic").to_dict()
     return out

@@ -27,6 +27,9 @@ class ClientContext:
     # measured by the bytes it delivered (a stalled TCP at 11% frame loss would
     # otherwise take hours for 100 MB). None: every transfer runs to completion.
     time_limit_s: float | None = None
+    # The receive buffer the client tool asks for (SO_RCVBUF; the kernel
+    # doubles it), for tools that size their own: 0 leaves it to the tool.
+    rcvbuf: int = 0
 
     def __post_init__(self) -> None:
         # Tools run with other working directories (sshd in /): never a relative path.
@@ -67,6 +70,7 @@ class Client(ABC):
     tools: tuple[str, ...] = ()     # binaries that must exist on the end hosts
     tcp: bool = True
     interactive: bool = False
+    rcvbuf_directions: tuple[str, ...] = ()     # where the tool can be told its receive buffer
 
     @abstractmethod
     def run(self, ctx: ClientContext) -> dict:

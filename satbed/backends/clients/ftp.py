@@ -47,6 +47,9 @@ use_sendfile=YES
 class Ftp(TransferClient):
     name = "ftp"
     tools = ("vsftpd", "ncftpget", "ncftpput")
+    # ncftpget -B: without it NcFTP raises a data socket's buffer below 64 KB
+    # to 64 KB itself, so no host setting holds its window lower.
+    rcvbuf_directions = ("download",)
 
     def transfer(self, ctx: ClientContext, t: Run) -> dict:
         server, client = ctx.aircraft, ctx.ground
@@ -79,7 +82,8 @@ class Ftp(TransferClient):
             args = [self.tool("ncftpput"), "-V", "-d", "/dev/stdout", "-P", str(PORT), ip(server), "/incoming",
                     payload.path]
         else:
-            args = [self.tool("ncftpget"), "-V", "-d", "/dev/stdout", "-P", str(PORT), ip(server),
+            args = [self.tool("ncftpget"), "-V", "-d", "/dev/stdout", "-P", str(PORT),
+                    *(["-B", str(ctx.rcvbuf)] if ctx.rcvbuf else []), ip(server),
                     os.path.dirname(received), "/payload.bin"]
         seconds, _ = t.client(client, args, env=t.env())
         return t.verify(payload, received, seconds, tcp_connect_ms=connect_ms)

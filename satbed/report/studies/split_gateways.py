@@ -177,8 +177,13 @@ def _at_send_buffer(kb: int) -> dict[str, str]:
     return {"satellite": f"satellite-study-q10-snd{kb}k", "gateways": f"gateways-study-q10-paced-snd{kb}k"}
 
 
-# Row 6's ratio is the last buffer's: the one sized to hold 32 KB of data in flight.
+# The send buffers' ratio: the last buffer's, the one sized to hold 32 KB of data in flight.
 AT_STUDY_RATE = _at_send_buffer(SEND_BUFFERS_KB[-1])
+# The same set-ups with the window held where the study's hosts had it, at the receiver: the client's
+# NcFTP asks for a smaller receive buffer (workload.main.rcvbuf, ncftpget -B; Linux holds twice it).
+# Row 6's explanation leads with their ratio: a receiver-limited flow is clocked by its ACKs, so the
+# window alone sets its rate.
+AT_RECEIVER = {"satellite": "satellite-study-q10-rcv52k", "gateways": "gateways-study-q10-paced-rcv52k"}
 EXPERIMENTS = (("satellite", "64 KB, Linux (CUBIC, SACK)", 100), ("large-windows", "195 KB, Linux", 100),
                ("gateways", "64 KB, Linux; pepd, CUBIC", 100),
                ("large-windows-q10", "195 KB, Linux", 10),
@@ -191,11 +196,17 @@ EXPERIMENTS = (("satellite", "64 KB, Linux (CUBIC, SACK)", 100), ("large-windows
                *((v, f"64 KB, Reno without SACK, the server's send buffer {kb} KB" + pep, 10)
                  for kb in SEND_BUFFERS_KB
                  for v, pep in ((_at_send_buffer(kb)["satellite"], ""),
-                                (_at_send_buffer(kb)["gateways"], "; pepd, paced at the T1 rate"))))
+                                (_at_send_buffer(kb)["gateways"], "; pepd, paced at the T1 rate"))),
+               *((v, "Reno without SACK, the client's receive buffer 53,600 B (NcFTP asks for 26,800), the "
+                  "server's 64 KB" + pep, 10)
+                 for v, pep in ((AT_RECEIVER["satellite"], ""),
+                                (AT_RECEIVER["gateways"], "; pepd, paced at the T1 rate"))))
 STUDY_KBPS = 500.0
 # Near the study's rate: within a tenth of it; few losses: a handful of segments in the whole download.
 NEAR_STUDY = 0.1
 FEW_REXMT = 5
+# How long the 10-packet T1 queue of the study's conditions takes to drain (1,500-byte packets).
+QUEUE_DRAIN_MS = 10 * 1500 * 8 / T1_KBPS
 
 
 def _sat_main(r: CellRow) -> tuple[dict, bool]:
@@ -223,6 +234,12 @@ def _cell_figures(r: CellRow) -> dict[str, float]:
         out["win_max"] = float(summ["receiver_win_max"])
     if on_link and "rexmt_pkts" in summ:
         out["rexmt"] = float(summ["rexmt_pkts"])
+    # How late the satellite emulator sent, at worst: a late emulator delivers in bunches.
+    directions = ((((r.metrics.get("emulator") or {}).get("stats") or {}).get("totals") or {}).get("directions")
+                  or {})
+    late = [d["tx_late_max_us"] for d in directions.values() if isinstance(d, dict) and "tx_late_max_us" in d]
+    if late:
+        out["late_ms"] = max(late) / 1e3
     if r.metrics.get("seconds"):
         out["download_s"] = float(r.metrics["seconds"])
     rtt = summary_at(r, sender).get("rtt_avg_ms")
@@ -272,44 +289,98 @@ def _window_alone(kbps: float, rexmt: float | None) -> bool:
     return abs(kbps - STUDY_KBPS) <= NEAR_STUDY * STUDY_KBPS and rexmt is not None and rexmt <= FEW_REXMT
 
 
+def _window_rate_kbps(rows: list[CellRow], variant: str) -> float | None:
+    """What one advertised window per round trip at the server moves: the
+    rate a receiver-limited flow has where nothing else holds it."""
+    win, rtt = _mean(rows, variant, "win_max"), _mean(rows, variant, "server_rtt_ms")
+    return None if win is None or not rtt else win * 8 / rtt
+
+
+def _at_500(rows: list[CellRow], gateways: str) -> str:
+    """What hosts moving exactly the study's 500 kbit/s would take, against the same gateways."""
+    gateways_s = _mean(rows, gateways, "download_s")
+    size = next((r.params.get("size") for r in rows if r.params.get("variant") == gateways), None)
+    return (f" Hosts at exactly 500 kbit/s would take {size * 8 / 500e3 / gateways_s:.2f}x the gateways' time."
+            if size and gateways_s else "")
+
+
+def _lead(ratio: float) -> str:
+    """The gateways' lead, judged against the paper's."""
+    return (f"{ratio:.2f}x faster, which agrees with the paper's 3-4x (2.5x or more)" if _lead_holds(ratio)
+            else f"{ratio:.2f}x faster, short of the paper's 3-4x (2.5x or more)")
+
+
+def _held_at_receiver(rows: list[CellRow]) -> str | None:
+    """The receiver's window experiment (AT_RECEIVER), from its cells; None without them."""
+    sat, gw = AT_RECEIVER["satellite"], AT_RECEIVER["gateways"]
+    kbps, ratio = _mean(rows, sat, "link_kbps"), _ratio_of(rows, sat, gw, "download_s")
+    win, by_window = _mean(rows, sat, "win_max"), _window_rate_kbps(rows, sat)
+    if kbps is None or ratio is None or win is None or by_window is None:
+        return None
+    rexmt, late = _mean(rows, sat, "rexmt"), _mean(rows, sat, "late_ms")
+    asked = next((r.config.get("client_rcvbuf") for r in rows if r.params.get("variant") == sat), None)
+    near = abs(kbps - STUDY_KBPS) <= NEAR_STUDY * STUDY_KBPS
+    # The window sets the rate when the cell moves nearly what one window per round trip gives.
+    window_sets = kbps >= (1 - NEAR_STUDY) * by_window
+    # A receiver-limited flow is clocked by its ACKs; a late emulator bunches them, and what one ACK
+    # releases at once can outgrow the queue. Later than the 10-packet queue takes to drain at the T1
+    # rate is late enough.
+    if rexmt is None or rexmt <= FEW_REXMT:
+        losses = ""
+    elif late is not None and late > QUEUE_DRAIN_MS:
+        losses = (f" Its {rexmt:.0f} segments retransmitted are the machine's, not the window's: the emulator ran up "
+                  f"to {late:.0f} ms late on the loaded machine (the 10-packet queue drains in {QUEUE_DRAIN_MS:.0f} "
+                  "ms), so the client received data in bunches, one ACK covered many segments, and the server "
+                  "sent as many at once into the queue.")
+    else:
+        losses = f" It retransmitted {rexmt:.0f} segments."
+    return (f" Held at the receiver, as the study's hosts were (`{sat}`: the client's NcFTP asks for "
+            + (f"{asked:,} bytes of receive buffer, which Linux doubles" if asked else "a smaller receive buffer")
+            + f"), the client advertises at most {win:,.0f} B and the hosts move {kbps:.0f} kbit/s"
+            + (", within a tenth of the study's rate" if near else ", not within a tenth of the study's rate")
+            + f"; one such window per round trip at the server is {by_window:.0f} kbit/s, so "
+            + ("the window sets the rate." if window_sets else "the window alone does not set it.")
+            + losses
+            + f" Against these hosts the gateways (`{gw}`) download {_lead(ratio)}"
+            + (": hosts held to the study's window give the paper's lead, and Linux's larger window (39 KB) "
+               "is what shrinks it in the columns here." if _lead_holds(ratio) and near and window_sets else ".")
+            + _at_500(rows, gw))
+
+
 def _gateways_lead_why(rows: list[CellRow]) -> str:
-    """Row 6's explanation, written from the cells of the send buffers tried
-    (SEND_BUFFERS_KB) and the ratio under the last (AT_STUDY_RATE)."""
+    """Row 6's explanation, written from the cells of the receiver's window
+    (AT_RECEIVER), and of the send buffers tried before it (SEND_BUFFERS_KB)
+    with the ratio under the last (AT_STUDY_RATE)."""
     text = ("The gateways reach the T1 rate in both conditions, but satbed's untuned hosts move about a fifth "
             "more than the study's 500 kbit/s: Linux advertises 39 KB of the 64 KB buffer, where the study's "
             "rate at its round trip is one window of about 32 KB.")
+    held = _held_at_receiver(rows)
     tried = _send_buffers_tried(rows)
     sat = _mean(rows, AT_STUDY_RATE["satellite"], "link_kbps")
     ratio = _ratio_of(rows, AT_STUDY_RATE["satellite"], AT_STUDY_RATE["gateways"], "download_s")
     if not tried or sat is None or ratio is None:
-        return text + f" The hosts at the study's rate (`*-snd{SEND_BUFFERS_KB[-1]}k`) have no cells yet."
+        return text + (held or f" The hosts at the study's rate (`{AT_RECEIVER['satellite']}`) have no cells yet.")
     listed = "; ".join(f"{kb} KB: {kbps:.0f} kbit/s, " + (f"{rexmt:.0f} segments retransmitted" if rexmt is not None
                                                            else "retransmissions not captured")
                        for kb, kbps, rexmt in tried)
     base = _mean(rows, STUDY_VARIANTS["satellite"], "rexmt")
     found = [kb for kb, kbps, rexmt in tried if _window_alone(kbps, rexmt)]
     kb = SEND_BUFFERS_KB[-1]
-    gateways_s = _mean(rows, AT_STUDY_RATE["gateways"], "download_s")
-    size = next((r.params.get("size") for r in rows if r.params.get("variant") == AT_STUDY_RATE["gateways"]), None)
-    # What hosts moving exactly the study's 500 kbit/s would take, against the same gateways.
-    at_500 = (f" Hosts at exactly 500 kbit/s would take {size * 8 / 500e3 / gateways_s:.2f}x the gateways' time."
-              if size and gateways_s else "")
-    return (text + " A send buffer on the server is to hold it to about 32 KB in flight (the study's conditions, "
-            "`profiles/tcp/default-64k-reno-snd*k.yaml`); without gateways the buffers tried gave "
+    return (text + (held or f" The window held at the receiver (`{AT_RECEIVER['satellite']}`) has no cells yet.")
+            + (" Earlier tries" if held else " Tries") + " held the sender instead, with a send buffer on the "
+            "server (`profiles/tcp/default-64k-reno-snd*k.yaml`); without gateways the buffers tried gave "
             f"{listed} (the study: about 500 kbit/s"
-            + (f"; the receiver's window alone, `{STUDY_VARIANTS['satellite']}`, retransmitted {base:.0f})."
+            + (f"; the hosts without a send buffer, `{STUDY_VARIANTS['satellite']}`, retransmitted {base:.0f})."
                if base is not None else ").")
             + (f" {', '.join(f'{k} KB' for k in found)} held the hosts within a tenth of the study's rate with "
                f"at most {FEW_REXMT} segments retransmitted."
                if found else
-               f" No buffer tried held the hosts within a tenth of the study's rate with at most {FEW_REXMT} "
+               f" No send buffer held the hosts within a tenth of the study's rate with at most {FEW_REXMT} "
                "segments retransmitted: losses at the short queue, not the window alone, share in setting their "
-               "rate, so no ratio under them isolates the paper's explanation (the hosts' windows).")
+               "rate, so they do not isolate the paper's explanation (the hosts' windows).")
             + f" With {kb} KB (`{AT_STUDY_RATE['satellite']}`, `{AT_STUDY_RATE['gateways']}`) the hosts without "
-            f"gateways move {sat:.0f} kbit/s and the gateways download {ratio:.2f}x faster, "
-            + ("which agrees with the paper's 3-4x (2.5x or more)." if _lead_holds(ratio)
-               else "short of the paper's 3-4x (2.5x or more).")
-            + at_500)
+            f"gateways move {sat:.0f} kbit/s and the gateways download {_lead(ratio)}."
+            + ("" if held else _at_500(rows, AT_STUDY_RATE["gateways"])))
 
 
 def _ratio_of(rows: list[CellRow], a: str, b: str, key: str) -> float | None:
@@ -407,9 +478,10 @@ def results(dirs: list[str], rows: list[CellRow], figures: str) -> list[str]:
         "### The experiments: what holds the large windows back, the hosts at the study's rate", "",
         "Each variant once. Link kbit/s: the main connection's throughput captured on the satellite "
         "link (for the paced gateways, whose leg is not TCP, at the client). The "
-        + " and ".join(f"`-snd{kb}k`" for kb in SEND_BUFFERS_KB) + " variants are row 6's: the study's "
-        "conditions with a send buffer of " + " or ".join(f"{kb} KB" for kb in SEND_BUFFERS_KB)
-        + " on the server.", "",
+        + " and ".join(f"`-snd{kb}k`" for kb in SEND_BUFFERS_KB) + " variants are row 6's earlier tries: the "
+        "study's conditions with a send buffer of " + " or ".join(f"{kb} KB" for kb in SEND_BUFFERS_KB)
+        + " on the server; the `-rcv52k` ones row 6's answer: the same with the client's receive buffer "
+        "held to about 32 KB of window.", "",
         *_experiments(rows), "",
     ]
 
