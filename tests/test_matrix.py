@@ -15,6 +15,7 @@ import time
 import pytest
 
 from satbed_testlib import REPO, needs_root, satbed
+from satbed.core.errors import SatbedError
 
 SMOKE = os.path.join(REPO, "experiments", "smoke.yaml")
 
@@ -1045,3 +1046,56 @@ def test_a_matrix_asks_each_pep_that_runs_once(tmp_path, monkeypatch):
     asked.clear()
     missing = supervisor.unavailable(matrix.load(str(scen)).cells, "mininet")
     assert sorted(asked) == [("none", ""), ("scps", "rtt_ms=800")] and len(missing) == 2
+
+
+@pytest.mark.parametrize("client, direction", [("scp", "download"), ("ftp", "upload")])
+def test_a_receive_buffer_a_client_cannot_take_fails_the_file_before_any_cell(tmp_path, client, direction):
+    """workload.main.rcvbuf reaches only NcFTP's downloads (ncftpget -B):
+    asked of another tool, or of an upload, the whole file is refused in
+    one line naming the cell, instead of every cell failing as it starts."""
+    from satbed.execution import matrix
+    exp = tmp_path / "rcvbuf.yaml"
+    exp.write_text(f"name: rcvbuf\ndescription: a receive buffer where it cannot go\n"
+                   f"fixed: {{scenario: {REPO}/scenarios/split-gateways.yaml, {SPLIT_PARAMETERS}, "
+                   f"client: {client}, direction: {direction}}}\n"
+                   "variants:\n  - {name: held, set: {workload.main.rcvbuf: 26800}}\n")
+    with pytest.raises(SatbedError) as e:
+        matrix.load(str(exp))
+    assert str(e.value).startswith(f"{exp}: workload.main.rcvbuf: {client} cannot ask for a receive buffer "
+                                   f"in a {direction} ({client}/none [held]")
+    cp = satbed("matrix", str(exp), "--out", str(tmp_path / "out"), timeout=60)
+    assert cp.returncode == 2 and len(cp.stderr.strip().splitlines()) == 1, cp.stderr
+    assert not (tmp_path / "out" / "results.sqlite").exists()
+
+
+# What scenarios/split-gateways.yaml sets that an experiment file naming it must say itself
+# (its client too, which the tests give).
+SPLIT_PARAMETERS = "topology: split-gateways, rate: 1544kbit, rtt: 500, queue: 100, emulator: userspace, size: 20M"
+
+
+@pytest.mark.parametrize("named, refused", [
+    ("", "sets topology: 'split-gateways', but these cells would run with 'globalhawk'"),
+    ("topology: split-gateways", "sets rate: '1544kbit', but these cells would run with None"),
+    ("topology: split-gateways, rate: 1544kbit, rtt: 500, queue: 100, emulator: userspace",
+     "sets client: 'ftp', but these cells would run with 'ping'"),
+    (SPLIT_PARAMETERS + ", client: ftp", None)])
+def test_an_experiment_naming_a_scenario_runs_its_network_or_says_which_value_is_missing(tmp_path, named, refused):
+    """An experiment file takes a scenario's topology file, links and workload
+    but its parameters from fixed:. Naming a scenario without the values it
+    sets would silently run another network (the Global Hawk topology at
+    8 Mbit/s instead of the split-gateway study's T1): the file is refused,
+    one line naming the first value missing, until every one is given."""
+    from satbed.execution import matrix
+    exp = tmp_path / "named.yaml"
+    exp.write_text(f"name: named\ndescription: a scenario named from an experiment file\n"
+                   f"fixed: {{scenario: {REPO}/scenarios/split-gateways.yaml" + (f", {named}" if named else "")
+                   + "}\n")
+    if refused is None:
+        cells = matrix.load(str(exp)).cells
+        assert [(c.params["topology"], c.params["rate"], c.params["rtt"]) for c in cells] == [
+            ("split-gateways", "1544kbit", 500.0)]
+        return
+    with pytest.raises(SatbedError) as e:
+        matrix.load(str(exp))
+    assert refused in str(e.value) and str(e.value).endswith("write " + refused.split()[1].rstrip(":")
+                                                               + ": in fixed:"), str(e.value)

@@ -21,9 +21,20 @@ def load(path: str, backend: str = "mininet", repetitions: int | None = None,
     exp = experiment.load(path, clients.REGISTRY, backend, repetitions, variants)
     try:
         check_peps({c.params["pep"] for c in exp.cells}, backend)
+        check_receive_buffers(exp)
     except SatbedError as e:
         raise SatbedError(f"{path}: {e}") from None
     return assess(exp)
+
+
+def check_receive_buffers(exp: Experiment) -> None:
+    """A receive buffer asked of a client tool that cannot take one in that
+    direction fails the file, not each of its cells."""
+    for cell in exp.cells:
+        cfg = cell.run_config()
+        if cfg.client_rcvbuf and cfg.direction not in clients.REGISTRY[cfg.client].rcvbuf_directions:
+            raise SatbedError(f"workload.main.rcvbuf: {cfg.client} cannot ask for a receive buffer "
+                              f"in a {cfg.direction} ({cell.label()})")
 
 
 def check_peps(names: set[str], backend: str) -> None:

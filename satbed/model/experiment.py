@@ -179,9 +179,15 @@ def _build(doc, path: str, backend: str, clients: Collection[str], only: tuple[s
     combos = [dict(base)]
     for k, values in axis_values:
         combos = [{**c, k: v} for c in combos for v in values]
+    given = set(fixed) | {k for k, _ in axis_values}
     if variants:
+        for v in variants:
+            _scenario_parameters_given(base.get("scenario"), v.settings.get("scenario"), given | set(v.settings),
+                                       [{**c, **v.settings} for c in combos], clients)
         combos = [{**c, **v.settings, "variant": v.name} for c in combos for v in variants
                   if v.clients is None or {**c, **v.settings}["client"] in v.clients]
+    else:
+        _scenario_parameters_given(base.get("scenario"), None, given, combos, clients)
     # A pep_options axis beside pep: [none, pepd] (the Global Hawk matrix's
     # pepd wan=rate rows) runs the no-PEP cells once, not once per option
     # (the hash dedupes them below).
@@ -220,6 +226,29 @@ def _reference(doc: dict | None, combos: list[dict], clients: Collection[str],
             return None     # --variant left out the reference row: no percentages to give
         raise SatbedError(f"reference: no cell has {', '.join(f'{k}={v}' for k, v in ref.items())}")
     return ref
+
+
+def _scenario_parameters_given(fixed_scenario: str | None, variant_scenario: str | None, given: set[str],
+                               combos: list[dict], clients: Collection[str]) -> None:
+    """An experiment file takes a scenario's topology, links, PEPs, profiles
+    and workload, but its parameters (topology, link rate and delay, PEP,
+    client, size...) from fixed:, axes: and variants:. Where the scenario
+    sets one of them to another value than the cells would run with, and the
+    file does not name it, the file is refused: a silently different network
+    is worse than one line asking for the value."""
+    path = variant_scenario or fixed_scenario
+    if not path:
+        return
+    own = scenario.load(path).params
+    for k, v in own.items():
+        if k == "scenario" or k in given or k not in P.PARAMS:
+            continue
+        want = P.normalise(f"{path}: {k}", k, v, clients)
+        for c in combos:
+            if c.get(k) != want:
+                raise SatbedError(f"scenario {path} sets {k}: {v!r}, but these cells would run with "
+                                  f"{c.get(k)!r}: an experiment file takes its parameters from fixed:, axes: "
+                                  f"and variants:, not from the scenario; write {k}: in fixed:")
 
 
 def _variants(doc, axes: set[str], known_clients: Collection[str]) -> list[Variant]:
