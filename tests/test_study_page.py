@@ -256,3 +256,16 @@ def test_the_spread_section_names_a_table_verdict_that_every_repeat_overturns():
     lines = globalhawk_spread.section(spread, claims, globalhawk_claims.Cells([]))
     assert any(line.startswith("On row 11 the claims experiment's verdict is not the one every repeat gives")
                for line in lines), lines
+
+
+def test_a_stalled_cell_is_a_marked_point_of_its_chart_line():
+    """Chart 2's SCPS line for SCP keeps the stalled cell's point (at BER
+    1e-5, the third) and marks it; a cell that kept moving is not marked."""
+    grid = globalhawk_grid.Grid([_limited("c0ffee", 65_000.0)])
+    points, stalls = globalhawk_grid._series(grid, ("study-errors", "study-scps"), "scp", "scps",
+                                             globalhawk_grid.SCPS_OPTIONS, "ber", 600.0)
+    assert points == stalls == [(2, 1.95)]
+    grid = globalhawk_grid.Grid([_limited("c0ffee", 5_500.0)])
+    points, stalls = globalhawk_grid._series(grid, ("study-errors", "study-scps"), "scp", "scps",
+                                             globalhawk_grid.SCPS_OPTIONS, "ber", 600.0)
+    assert points == [(2, 1.95)] and stalls == []

@@ -137,6 +137,22 @@ def _table(grid: Grid, variants: tuple[str, ...]) -> list[str]:
     return lines
 
 
+def _series(grid: Grid, variants: tuple[str, ...], client: str, pep: str, options: str, x: str,
+            fixed: float) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """One line of a chart panel: (x index, Mbit/s) of every measured point,
+    and the points whose transfer stopped (stalled), to be marked as such."""
+    points, stalls = [], []
+    for k, xv in enumerate(BERS if x == "ber" else RTTS):
+        rtt, ber = (fixed, xv) if x == "ber" else (xv, fixed)
+        g = next((v for v in (grid.goodput(var, client, pep, rtt, ber, options) for var in variants)
+                  if v is not None), None)
+        if g is not None:
+            points.append((k, g / 1e6))
+            if any(stalled(r) for var in variants for r in grid.cells(var, client, pep, options, rtt, ber)):
+                stalls.append((k, g / 1e6))
+    return points, stalls
+
+
 def _chart(grid: Grid, name: str, x: str, fixed: float, figures: str) -> str:
     """A row of panels per condition, a panel per client; a line per PEP."""
     xs = BERS if x == "ber" else RTTS
@@ -148,17 +164,14 @@ def _chart(grid: Grid, name: str, x: str, fixed: float, figures: str) -> str:
         for j, client in enumerate(clients):
             ax = axes[i][j]
             for pep, options, mode, style in _modes_of(variants):
-                points = []
-                for k, xv in enumerate(xs):
-                    rtt, ber = (fixed, xv) if x == "ber" else (xv, fixed)
-                    g = next((v for v in (grid.goodput(var, client, pep, rtt, ber, options) for var in variants)
-                              if v is not None), None)
-                    if g is not None:
-                        points.append((k, g / 1e6))
+                points, stalls = _series(grid, variants, client, pep, options, x, fixed)
                 if points:
                     ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", markersize=3,
                             color={"none": "#444444", "pepd": "#1f77b4", "scps": "#d62728"}[pep]
                             if options != "wan=rate" else "#2ca02c", label=mode)
+                if stalls:
+                    ax.plot([p[0] for p in stalls], [p[1] for p in stalls], linestyle="none", marker="x",
+                            markersize=9, color="black", label="the transfer stopped (†): not a rate")
             ax.set_xticks(range(len(xs)))
             ax.set_xticklabels([fmt_ber(v) for v in xs] if x == "ber" else [f"{v:g}" for v in xs], fontsize=7)
             ax.grid(True, alpha=0.3)
