@@ -20,7 +20,7 @@ DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest 
         mkdocs mkdocs-material \
         python3-pytest-xdist python3-pytest-timeout tshark slurm-client
 
-GO_BINARIES := satemu pepd saratoga trafficgen
+GO_BINARIES := satemu pepd saratoga trafficgen satquic
 BIN := $(CURDIR)/bin
 
 .PHONY: all deps go build images experiment check check-go check-py services test test-go test-py test-docs test-ansible bench clean lint
@@ -55,6 +55,7 @@ build: deps
 	go build -o $(BIN)/pepd ./pep/cmd/pepd
 	go build -o $(BIN)/saratoga ./clients/saratoga/cmd/saratoga
 	go build -o $(BIN)/trafficgen ./clients/trafficgen/cmd/trafficgen
+	go build -o $(BIN)/satquic ./clients/quic/cmd/satquic
 	@install -m 0755 scripts/satbed /usr/local/bin/satbed.tmp && \
 	  sed -i 's#^here=.*#here=$(CURDIR)#' /usr/local/bin/satbed.tmp && mv /usr/local/bin/satbed.tmp /usr/local/bin/satbed
 	@echo "built: $(GO_BINARIES) in bin/, satbed on PATH"

@@ -48,7 +48,7 @@ def git_revision() -> dict:
 def collect(tools: tuple[str, ...] = tuple(TOOL_VERSIONS)) -> dict:
     uname = platform.uname()
     versions = {t: _first_line([t, *TOOL_VERSIONS.get(t, ["--version"])]) for t in tools}
-    for binary in ("satemu", "pepd", "saratoga", "trafficgen"):
+    for binary in ("satemu", "pepd", "saratoga", "trafficgen", "satquic"):
         path = os.path.join(BIN_DIR, binary)
         if os.path.exists(path):
             versions[binary] = "sha256:" + _sha256(path)[:16]

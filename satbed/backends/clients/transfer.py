@@ -44,13 +44,17 @@ SERVER_START_S = 10.0
 CHUNK = 1 << 20
 
 
+# satbed's own Go programs (bin/, `make build`) and the clients that need them.
+OUR_BINARIES = {"saratoga": "the saratoga client needs it", "satquic": "the quic and http3 clients need it"}
+
+
 def find_tool(name: str) -> str:
     """Absolute path of a tool; one clear line naming its Debian package if absent."""
-    if name == "saratoga":
+    if name in OUR_BINARIES:
         try:
-            return our_binary("saratoga")
+            return our_binary(name)
         except SatbedError as e:
-            raise SatbedError(f"{e}; the saratoga client needs it") from None
+            raise SatbedError(f"{e}; {OUR_BINARIES[name]}") from None
     search = os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
     path = shutil.which(name, path=search)
     if path is None:
