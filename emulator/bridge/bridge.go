@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -294,6 +295,10 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	sched := newTxSched(d.Name+" transmit", b.opts.RTPriority, b.opts.RTShare, b.opts.Warn, d)
 	sched.start(b.clock())
+	nap := syscallNap
+	if napHoldingP(runtime.GOMAXPROCS(0)) {
+		nap = rawNap
+	}
 	batch := make([]frame, 0, txBatch)
 	frames := make([][]byte, 0, txBatch)
 	var windowStart, spun time.Duration
@@ -319,7 +324,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		if spun > spinBudget || d.sleepOnly.Load() {
 			spin = 0
 		}
-		ok, s := sleepUntil(ctx, b.clock, due, spin)
+		ok, s := sleepUntil(ctx, b.clock, due, spin, nap)
 		spun += s
 		if !ok {
 			return nil
@@ -404,12 +409,47 @@ func spinWorthwhile(peakBps float64) bool {
 // sleeps; the timer may fire a millisecond late, which the margin absorbs.
 const parkMargin = 3 * time.Millisecond
 
+// txThreads is how many transmit loops hold a thread of their own.
+const txThreads = 2
+
+// napHoldingP reports whether the transmit loops may sleep in nanosleep
+// without telling the Go scheduler (rawNap), given the runtime's Ps. A
+// transmit loop with frames queued never passes through the scheduler, so
+// every 10 ms sysmon finds its P on the same tick and, the P being in a
+// system call, takes it away; each such retake also resets sysmon's own
+// polling to 20 us. With both loops doing that, sysmon woke about 2,100
+// times a second on an 8 Mbit/s link, half of satemu's context switches. A
+// raw nanosleep keeps the P, so sysmon only asks the loop to yield and
+// backs off to 10 ms; but the sleeping loop then holds its P, which is
+// safe only when the receive loops and the rest keep at least one other
+// (satemu's main gives the transmit loops two Ps of their own). A nap is
+// at most parkMargin long, which bounds how long it holds up the garbage
+// collector's stop-the-world.
+func napHoldingP(procs int) bool { return procs > txThreads }
+
+// syscallNap sleeps through the scheduler's system-call path (the P may
+// be handed to other goroutines meanwhile).
+func syscallNap(d time.Duration) error {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	return unix.Nanosleep(&ts, nil)
+}
+
+// rawNap sleeps holding the P (see napHoldingP). A signal (the scheduler's
+// preemption request) may end it early with EINTR; the caller sleeps again.
+func rawNap(d time.Duration) error {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	if _, _, errno := unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
 // sleepUntil blocks until clock() >= due: parked on a Go timer until
-// parkMargin before, then nanosleep (an hrtimer, unlike Go timers which round
-// to about a millisecond when the runtime is idle), then a busy-wait for the
-// last spin. It returns false if ctx ended first, and the time spent
+// parkMargin before, then nap (nanosleep, an hrtimer, unlike Go timers which
+// round to about a millisecond when the runtime is idle), then a busy-wait
+// for the last spin. It returns false if ctx ended first, and the time spent
 // busy-waiting.
-func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) (bool, time.Duration) {
+func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, nap func(time.Duration) error) (bool, time.Duration) {
 	for {
 		if ctx.Err() != nil {
 			return false, 0
@@ -436,8 +476,8 @@ func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration) (bool
 			}
 			continue
 		}
-		ts := unix.NsecToTimespec((rem - spin).Nanoseconds())
-		_ = unix.Nanosleep(&ts, nil)
+		// An early wake-up (EINTR) only costs another round.
+		_ = nap(rem - spin)
 	}
 }
 

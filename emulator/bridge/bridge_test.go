@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"satbed/emulator/config"
 )
@@ -323,5 +326,57 @@ func TestBridgeSetRateMovesQueue(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestNapHoldingP(t *testing.T) {
+	for _, tc := range []struct {
+		procs int
+		want  bool
+	}{
+		{1, false}, // one P: a sleeping transmit loop would stop every other goroutine
+		{2, false}, // both transmit loops asleep would hold every P
+		{3, true},  // one P left for the receive loops
+		{4, true},  // satemu's default on 2 CPUs
+		{64, true},
+	} {
+		if got := napHoldingP(tc.procs); got != tc.want {
+			t.Errorf("napHoldingP(%d) = %v, want %v", tc.procs, got, tc.want)
+		}
+	}
+}
+
+// Both naps sleep at least as long as asked unless a signal cuts them short
+// (a nap that failed at once, e.g. EFAULT, would turn sleepUntil into a
+// busy-wait), and sleepUntil with either returns at or after the due time.
+func TestNaps(t *testing.T) {
+	start := time.Now()
+	clock := func() time.Duration { return time.Since(start) }
+	for _, tc := range []struct {
+		name string
+		nap  func(time.Duration) error
+	}{{"raw", rawNap}, {"syscall", syscallNap}} {
+		slept := false
+		for try := 0; try < 10 && !slept; try++ {
+			t0 := time.Now()
+			err := tc.nap(2 * time.Millisecond)
+			switch {
+			case errors.Is(err, unix.EINTR):
+			case err != nil:
+				t.Fatalf("%s nap: %v", tc.name, err)
+			case time.Since(t0) < 2*time.Millisecond:
+				t.Fatalf("%s nap of 2ms returned after %v without error", tc.name, time.Since(t0))
+			default:
+				slept = true
+			}
+		}
+		if !slept {
+			t.Errorf("%s nap: interrupted 10 times in a row", tc.name)
+		}
+		due := clock() + 5*time.Millisecond
+		ok, spun := sleepUntil(context.Background(), clock, due, 0, tc.nap)
+		if now := clock(); !ok || now < due || spun != 0 {
+			t.Errorf("%s: sleepUntil(due %v) = %v, spun %v, at %v", tc.name, due, ok, spun, now)
+		}
 	}
 }
