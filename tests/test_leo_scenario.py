@@ -52,7 +52,7 @@ def test_the_leo_scenario_expands_to_its_cells():
     exp = matrix.load(scenario.find("leo"))
     cells = {(c.params["client"], c.params["pep"], c.params["variant"]) for c in exp.cells}
     assert cells == {("nuttcp-tcp", pep, cc) for pep in ("none", "pepd") for cc in ("cubic", "bbr")} | \
-        {("saratoga", "none", "saratoga")}
+        {("saratoga", "none", "saratoga"), ("quic", "none", "quic"), ("http3", "none", "quic")}
     assert exp.reference == {"client": "saratoga"}
     for c in exp.cells:
         sat = c.config["links"]["sat"]
