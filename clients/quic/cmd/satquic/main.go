@@ -28,34 +28,18 @@ import (
 
 	"satbed/clients/quic"
 	"satbed/clients/quic/qlogsum"
+	"satbed/internal/cli"
 )
 
 func main() {
-	err := run(os.Args[1:], os.Stdout, os.Stderr)
-	var bad usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	case errors.As(err, &bad):
-		fmt.Fprintf(os.Stderr, "satquic: %v\n", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "satquic: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("satquic", run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// usageError is bad input (a command, flag or value), exit status 2, as
-// opposed to a transfer that failed (1).
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 const usage = "usage: satquic serve|get|put|qlog [flags] (satquic CMD -h for flags)"
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) < 1 {
-		return usageError{errors.New(usage)}
+		return cli.UsageError{Err: errors.New(usage)}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -67,25 +51,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "qlog":
 		return summarize(args[1:], stdout)
 	}
-	return usageError{fmt.Errorf("unknown command %q; %s", args[0], usage)}
-}
-
-// parseFlags keeps a bad flag to the one line main prints; -h prints the flags.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return err
-	}
-	if err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
-	}
-	return nil
+	return cli.UsageError{Err: fmt.Errorf("unknown command %q; %s", args[0], usage)}
 }
 
 // common are the flags both ends share.
@@ -103,10 +69,10 @@ func (c *common) register(fs *flag.FlagSet) {
 
 func (c *common) check() error {
 	if _, err := quic.ParseMode(c.mode); err != nil {
-		return usageError{fmt.Errorf("-%w", err)}
+		return cli.UsageError{Err: fmt.Errorf("-%w", err)}
 	}
 	if c.timeout <= 0 {
-		return usageError{fmt.Errorf("-timeout %v: want a positive duration", c.timeout)}
+		return cli.UsageError{Err: fmt.Errorf("-timeout %v: want a positive duration", c.timeout)}
 	}
 	if c.qlogDir != "" {
 		if err := os.MkdirAll(c.qlogDir, 0o755); err != nil {
@@ -130,11 +96,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	root := fs.String("root", "", "directory to serve and to store uploads in (required)")
 	listen := fs.String("listen", fmt.Sprintf(":%d", quic.Port), "UDP address to listen on")
 	quiet := fs.Bool("q", false, "do not log transfers")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *root == "" {
-		return usageError{errors.New("serve: -root is required")}
+		return cli.UsageError{Err: errors.New("serve: -root is required")}
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -170,11 +136,11 @@ func transfer(ctx context.Context, op string, args []string, stdout, stderr io.W
 	file := fs.String("file", "", "get: remote name; put: local path (required)")
 	out := fs.String("out", "", "get: local output path (required)")
 	name := fs.String("name", "", "put: remote name (default: base name of -file)")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *server == "" || *file == "" || (op == "get" && *out == "") {
-		return usageError{fmt.Errorf("%s: -server, -file%s are required", op, map[bool]string{true: " and -out", false: ""}[op == "get"])}
+		return cli.UsageError{Err: fmt.Errorf("%s: -server, -file%s are required", op, map[bool]string{true: " and -out", false: ""}[op == "get"])}
 	}
 	if err := c.check(); err != nil {
 		return err
@@ -208,7 +174,7 @@ func transfer(ctx context.Context, op string, args []string, stdout, stderr io.W
 // summarize prints each qlog's summary as one JSON line.
 func summarize(files []string, stdout io.Writer) error {
 	if len(files) == 0 {
-		return usageError{errors.New("qlog: give one or more qlog files")}
+		return cli.UsageError{Err: errors.New("qlog: give one or more qlog files")}
 	}
 	enc := json.NewEncoder(stdout)
 	for _, path := range files {

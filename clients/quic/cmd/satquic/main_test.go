@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"satbed/clients/quic"
+	"satbed/internal/cli"
 )
 
 func startServer(t *testing.T, mode, root string) string {
@@ -122,7 +123,7 @@ func TestCLIErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			err := run(tt.args, &stdout, &stderr)
-			var bad usageError
+			var bad cli.UsageError
 			if err == nil || errors.As(err, &bad) != tt.usage {
 				t.Fatalf("err %v, want usage error %v", err, tt.usage)
 			}

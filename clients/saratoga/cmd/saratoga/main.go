@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"satbed/clients/saratoga"
+	"satbed/internal/cli"
 )
 
 func main() {
@@ -38,32 +39,14 @@ func main() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	err := run(os.Args[1:], os.Stdout, os.Stderr)
-	var bad usageError
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		// -h: the flag package has printed the flags.
-	case errors.As(err, &bad):
-		fmt.Fprintf(os.Stderr, "saratoga: %v\n", err)
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "saratoga: %v\n", err)
-		os.Exit(1)
-	}
+	cli.Exit("saratoga", run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// usageError is bad input (a command, flag or value), exit status 2, as
-// opposed to a transfer that failed (1).
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
 
 const usage = "usage: saratoga serve|get|put [flags] (saratoga CMD -h for flags)"
 
 func run(args []string, stdout, stderr io.Writer) error {
 	if len(args) < 1 {
-		return usageError{errors.New(usage)}
+		return cli.UsageError{Err: errors.New(usage)}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -73,22 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "get", "put":
 		return transfer(ctx, args[0], args[1:], stdout, stderr)
 	}
-	return usageError{fmt.Errorf("unknown command %q; %s", args[0], usage)}
-}
-
-// parseFlags keeps a bad flag to the one line main prints; -h prints the flags.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return err
-	}
-	if err != nil {
-		return usageError{err}
-	}
-	return nil
+	return cli.UsageError{Err: fmt.Errorf("unknown command %q; %s", args[0], usage)}
 }
 
 func parseDescriptor(s string) (saratoga.Descriptor, bool, error) {
@@ -138,32 +106,32 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	beaconTo := fs.String("beacon-to", "", "send BEACON frames to these HOST:PORT addresses (comma-separated)")
 	beaconEvery := fs.Duration("beacon-every", 10*time.Second, "interval between BEACON frames")
 	quiet := fs.Bool("q", false, "do not log sessions")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if err := checkFrame(*mtu, *frame); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if *root == "" {
-		return usageError{errors.New("serve: -root is required")}
+		return cli.UsageError{Err: errors.New("serve: -root is required")}
 	}
 	d, auto, err := parseDescriptor(*desc)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	c, err := parseChecksum(*csum)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	var beacons []net.Addr
 	if *beaconTo != "" {
 		if *beaconEvery <= 0 {
-			return usageError{fmt.Errorf("-beacon-every %v: want a positive interval", *beaconEvery)}
+			return cli.UsageError{Err: fmt.Errorf("-beacon-every %v: want a positive interval", *beaconEvery)}
 		}
 		for _, a := range strings.Split(*beaconTo, ",") {
 			ua, err := net.ResolveUDPAddr("udp", a)
 			if err != nil {
-				return usageError{fmt.Errorf("-beacon-to %q: %w", a, err)}
+				return cli.UsageError{Err: fmt.Errorf("-beacon-to %q: %w", a, err)}
 			}
 			beacons = append(beacons, ua)
 		}
@@ -197,22 +165,22 @@ func transfer(ctx context.Context, op string, args []string, stdout, stderr io.W
 	mtu := fs.Int("mtu", saratoga.DefaultMTU, "IP MTU frames are sized for")
 	frame := fs.Int("frame", 0, "largest frame (UDP payload) to send; 0 means MTU - 60")
 	linger := fs.Duration("linger", 0, "get: keep answering the server this long after the file verified")
-	if err := parseFlags(fs, args, stderr); err != nil {
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if err := checkFrame(*mtu, *frame); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if *server == "" || *file == "" || (op == "get" && *out == "") {
-		return usageError{fmt.Errorf("%s: -server, -file%s are required", op, map[bool]string{true: " and -out", false: ""}[op == "get"])}
+		return cli.UsageError{Err: fmt.Errorf("%s: -server, -file%s are required", op, map[bool]string{true: " and -out", false: ""}[op == "get"])}
 	}
 	d, auto, err := parseDescriptor(*desc)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	c, err := parseChecksum(*csum)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	cfg := saratoga.ClientConfig{Server: *server, RateBPS: *rate, Burst: *burst, Timeout: *timeout, MTU: *mtu, Frame: *frame,
 		Checksum: c, Descriptor: d, AutoDescriptor: auto, Linger: *linger}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"satbed/clients/saratoga"
+	"satbed/internal/cli"
 )
 
 func startServer(t *testing.T, root string) string {
@@ -100,7 +101,7 @@ func TestCLIErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want mention of %q", err, tc.want)
 			}
-			var bad usageError
+			var bad cli.UsageError
 			if errors.As(err, &bad) != tc.usage {
 				t.Fatalf("err = %v: usage error %v, want %v", err, !tc.usage, tc.usage)
 			}

@@ -26,31 +26,20 @@ import (
 	"time"
 
 	"satbed/clients/trafficgen"
+	"satbed/internal/cli"
 )
 
 const usage = "usage: trafficgen serve|client [flags] (trafficgen CMD -h for flags)"
 
-// usageError marks bad input: exit status 2.
-type usageError struct{ error }
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	fmt.Fprintf(os.Stderr, "trafficgen: %v\n", err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		os.Exit(2)
-	}
-	os.Exit(1)
+	cli.Exit("trafficgen", run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) < 1 {
-		return usageError{errors.New(usage)}
+		return cli.UsageError{Err: errors.New(usage)}
 	}
 	switch args[0] {
 	case "serve":
@@ -58,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "client":
 		return client(ctx, args[1:], stdout, stderr)
 	}
-	return usageError{fmt.Errorf("unknown command %q; %s", args[0], usage)}
+	return cli.UsageError{Err: fmt.Errorf("unknown command %q; %s", args[0], usage)}
 }
 
 // openRecords opens the per-flow records file for appending; with no path
@@ -85,16 +74,12 @@ func printSummary(stdout io.Writer, s *trafficgen.Summary) error {
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":5301", "TCP address to listen on")
 	records := fs.String("records", "", "append one JSON line per flow and a summary to this file")
 	seed := fs.Uint64("seed", 1, "seed of the payload bytes")
 	quiet := fs.Bool("q", false, "do not log protocol errors")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))}
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
+		return err
 	}
 	w, closeRecords, err := openRecords(*records)
 	if err != nil {
@@ -125,7 +110,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func client(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("client", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var cfg trafficgen.ClientConfig
 	fs.StringVar(&cfg.Server, "server", "", "server ADDR:PORT (required)")
 	records := fs.String("records", "", "append one JSON line per flow and a summary to this file")
@@ -141,26 +125,23 @@ func client(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: at SIGTERM/SIGINT)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of every random draw (arrivals, sizes, directions, payload)")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 30*time.Second, "give up a connection attempt after this long")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("client: unexpected argument %q", fs.Arg(0))}
+	if err := cli.ParseFlags(fs, args, stderr); err != nil {
+		return err
 	}
 	if *clientID > 1<<32-1 {
-		return usageError{fmt.Errorf("client: -client-id %d out of range", *clientID)}
+		return cli.UsageError{Err: fmt.Errorf("client: -client-id %d out of range", *clientID)}
 	}
 	cfg.ClientID = uint32(*clientID)
 	cfg.Payload = trafficgen.NewPayload(cfg.Seed)
 	if *sizes != "" {
 		s, err := trafficgen.ParseSizes(*sizes)
 		if err != nil {
-			return usageError{fmt.Errorf("client: %w", err)}
+			return cli.UsageError{Err: fmt.Errorf("client: %w", err)}
 		}
 		cfg.Sizes = s
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{fmt.Errorf("client: %w", err)}
+		return cli.UsageError{Err: fmt.Errorf("client: %w", err)}
 	}
 	w, closeRecords, err := openRecords(*records)
 	if err != nil {
