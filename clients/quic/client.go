@@ -106,8 +106,10 @@ func (s *session) fill(sum *Summary, cfg ClientConfig) {
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// Get downloads the server's file name to out (through out.part, renamed
-// once complete) and hashes the file it wrote.
+// Get downloads the server's file name to out and hashes the file it
+// wrote. What arrived stays in out when the transfer fails or is stopped,
+// as scp and ncftpget leave it: a time-limited run checks it is the
+// payload's prefix.
 func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, error) {
 	if err := ValidName(name); err != nil {
 		return nil, err
@@ -117,12 +119,10 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 	}
 	s := &session{start: time.Now()}
 	sum := &Summary{Op: "get", File: name}
-	part := out + ".part"
-	f, err := os.Create(part)
+	f, err := os.Create(out)
 	if err != nil {
 		return nil, fmt.Errorf("get: %w", err)
 	}
-	defer os.Remove(part) // a no-op once renamed
 	w := &firstByteWriter{w: f, start: s.start}
 	if cfg.Mode == ModeHTTP3 {
 		err = getHTTP3(ctx, cfg, s, name, w)
@@ -134,9 +134,6 @@ func Get(ctx context.Context, cfg ClientConfig, name, out string) (*Summary, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", name, err)
-	}
-	if err := os.Rename(part, out); err != nil {
-		return nil, fmt.Errorf("get: %w", err)
 	}
 	if sum.SHA256, err = FileSHA256(out); err != nil {
 		return nil, fmt.Errorf("get: %w", err)

@@ -75,9 +75,6 @@ func TestLoopbackTransfers(t *testing.T) {
 			if sum.CongestionControl != CongestionControl || sum.GoodputBPS <= 0 || sum.ALPN != alpn(mode) {
 				t.Errorf("summary %+v", sum)
 			}
-			if _, err := os.Stat(out + ".part"); !os.IsNotExist(err) {
-				t.Errorf("partial copy left behind: %v", err)
-			}
 			if !bytes.Contains(keys.Bytes(), []byte("CLIENT_TRAFFIC_SECRET_0 ")) {
 				t.Errorf("key log lacks the traffic secret: %q", keys.String())
 			}
@@ -149,5 +146,20 @@ func TestCancelledGetReturns(t *testing.T) {
 	_, err = Get(ctx, ClientConfig{Server: conn.LocalAddr().String(), Mode: ModeQUIC, Timeout: time.Minute}, "x", filepath.Join(t.TempDir(), "x"))
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Fatalf("get: %v after %v", err, time.Since(start))
+	}
+}
+
+// TestGetKeepsWhatArrived: a get that fails leaves its copy in place (here
+// empty: nothing listens), so a stopped transfer's prefix can be checked.
+func TestGetKeepsWhatArrived(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "got.bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	cfg := ClientConfig{Server: "127.0.0.1:9", Mode: ModeQUIC, Timeout: time.Second}
+	if _, err := Get(ctx, cfg, "payload.bin", out); err == nil {
+		t.Fatal("get from nowhere succeeded")
+	}
+	if st, err := os.Stat(out); err != nil || st.Size() != 0 {
+		t.Fatalf("the copy in place: %v, %v", st, err)
 	}
 }
