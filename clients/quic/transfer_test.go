@@ -112,8 +112,9 @@ func TestLoopbackTransfers(t *testing.T) {
 			if !errors.Is(err, ErrRemote) {
 				t.Errorf("get of a missing file: %v, want ErrRemote", err)
 			}
-			if _, err := os.Stat(filepath.Join(work, "absent")); !os.IsNotExist(err) {
-				t.Errorf("failed get left a file: %v", err)
+			// Nothing arrived, and what arrived stays: an empty copy.
+			if st, err := os.Stat(filepath.Join(work, "absent")); err != nil || st.Size() != 0 {
+				t.Errorf("a failed get's copy: %v, %v; want it empty", st, err)
 			}
 		})
 	}
