@@ -88,6 +88,13 @@ def _experiment_file(path: str) -> str:
     return os.path.join(*parts[-2:]) if len(parts) > 1 else path
 
 
+def _hosts(runs: list[dict], key: str) -> str:
+    """What the runs' machines recorded under key, each value once (a page
+    fed by runs on several kernels names them all)."""
+    values = sorted({str(v) for r in runs if (v := (r.get("host") or {}).get(key)) is not None})
+    return " or ".join(values) or "?"
+
+
 def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
     lines = ["| results | experiment file | started (UTC) | wall time | cells not already done |",
              "|---|---|---|---|---|"]
@@ -102,9 +109,8 @@ def _runs_table(runs: list[dict], cells: Cells) -> list[str]:
                      f"{started} | {wall} | {ran} |")
         if r["dir"] not in dirs:
             dirs.append(r["dir"])
-    host = runs[-1].get("host") or {}
     lines.append("")
-    lines.append(f"Machine: {host.get('cores', '?')} cores, kernel {host.get('kernel', '?')}; "
+    lines.append(f"Machine: {_hosts(runs, 'cores')} cores, kernel {_hosts(runs, 'kernel')}; "
                  f"during the cells {_conditions(cells)}.")
     for d in dirs:
         lines.append(f"Revisions the cells of `{os.path.basename(os.path.normpath(d))}` ran on: {_commits(d)}.")
