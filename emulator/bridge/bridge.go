@@ -295,9 +295,9 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	sched := newTxSched(d.Name+" transmit", b.opts.RTPriority, b.opts.RTShare, b.opts.Warn, d)
 	sched.start(b.clock())
-	nap := syscallNap
+	wait := waiter{nap: syscallNap, park: true}
 	if napHoldingP(runtime.GOMAXPROCS(0)) {
-		nap = rawNap
+		wait = waiter{nap: rawNap}
 	}
 	batch := make([]frame, 0, txBatch)
 	frames := make([][]byte, 0, txBatch)
@@ -324,7 +324,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 		if spun > spinBudget || d.sleepOnly.Load() {
 			spin = 0
 		}
-		ok, s := sleepUntil(ctx, b.clock, due, spin, nap)
+		ok, s := sleepUntil(ctx, b.clock, due, spin, wait)
 		spun += s
 		if !ok {
 			return nil
@@ -444,12 +444,34 @@ func rawNap(d time.Duration) error {
 	return nil
 }
 
+// A waiter is how a transmit loop waits for a departure more than a
+// spin away.
+//
+// With park set, a long wait parks on a Go timer until parkMargin before
+// the due time, then naps. A Go timer fires from whichever of the runtime's
+// ordinary threads next looks at the timer heap, so on a loaded host the
+// real-time transmit thread can be woken late by the scheduling of a thread
+// that is not real-time: under make test a lone echo at 100 ms left 189 ms
+// late. Without park (the nap holds the P, see napHoldingP), the transmit
+// thread naps the whole wait itself, at most napChunk at a time, and wakes
+// at its own real-time priority.
+type waiter struct {
+	nap  func(time.Duration) error
+	park bool
+}
+
+// napChunk is the longest nap of a waiter that does not park. A nap held
+// past 10 ms draws the scheduler's preemption signal, which ends it early
+// (EINTR) and lets the garbage collector's stop-the-world through; longer
+// chunks would only be cut there.
+const napChunk = 10 * time.Millisecond
+
 // sleepUntil blocks until clock() >= due: parked on a Go timer until
-// parkMargin before, then nap (nanosleep, an hrtimer, unlike Go timers which
-// round to about a millisecond when the runtime is idle), then a busy-wait
-// for the last spin. It returns false if ctx ended first, and the time spent
-// busy-waiting.
-func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, nap func(time.Duration) error) (bool, time.Duration) {
+// parkMargin before (if w parks), then naps (nanosleep, an hrtimer, unlike
+// Go timers which round to about a millisecond when the runtime is idle),
+// then a busy-wait for the last spin. It returns false if ctx ended first,
+// and the time spent busy-waiting.
+func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, w waiter) (bool, time.Duration) {
 	for {
 		if ctx.Err() != nil {
 			return false, 0
@@ -466,7 +488,7 @@ func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, nap f
 			}
 			return true, t - now
 		}
-		if park := rem - spin - parkMargin; park > 0 {
+		if park := rem - spin - parkMargin; w.park && park > 0 {
 			t := time.NewTimer(park)
 			select {
 			case <-ctx.Done():
@@ -477,7 +499,7 @@ func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, nap f
 			continue
 		}
 		// An early wake-up (EINTR) only costs another round.
-		_ = nap(rem - spin)
+		_ = w.nap(min(rem-spin, napChunk))
 	}
 }
 

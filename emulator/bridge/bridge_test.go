@@ -354,12 +354,12 @@ func TestNaps(t *testing.T) {
 	clock := func() time.Duration { return time.Since(start) }
 	for _, tc := range []struct {
 		name string
-		nap  func(time.Duration) error
-	}{{"raw", rawNap}, {"syscall", syscallNap}} {
+		w    waiter
+	}{{"raw", waiter{nap: rawNap}}, {"syscall", waiter{nap: syscallNap, park: true}}} {
 		slept := false
 		for try := 0; try < 10 && !slept; try++ {
 			t0 := time.Now()
-			err := tc.nap(2 * time.Millisecond)
+			err := tc.w.nap(2 * time.Millisecond)
 			switch {
 			case errors.Is(err, unix.EINTR):
 			case err != nil:
@@ -374,9 +374,44 @@ func TestNaps(t *testing.T) {
 			t.Errorf("%s nap: interrupted 10 times in a row", tc.name)
 		}
 		due := clock() + 5*time.Millisecond
-		ok, spun := sleepUntil(context.Background(), clock, due, 0, tc.nap)
+		ok, spun := sleepUntil(context.Background(), clock, due, 0, tc.w)
 		if now := clock(); !ok || now < due || spun != 0 {
 			t.Errorf("%s: sleepUntil(due %v) = %v, spun %v, at %v", tc.name, due, ok, spun, now)
+		}
+	}
+}
+
+// A waiter that does not park naps the whole of a long wait on its own
+// thread, napChunk at a time; one that parks naps only the last
+// parkMargin, having waited on a Go timer before.
+func TestLongWaits(t *testing.T) {
+	start := time.Now()
+	clock := func() time.Duration { return time.Since(start) }
+	for _, park := range []bool{false, true} {
+		var naps []time.Duration
+		w := waiter{park: park, nap: func(d time.Duration) error {
+			naps = append(naps, d)
+			return syscallNap(d)
+		}}
+		due := clock() + 35*time.Millisecond
+		if ok, _ := sleepUntil(context.Background(), clock, due, 0, w); !ok || clock() < due {
+			t.Fatalf("park %v: returned at %v, due %v", park, clock(), due)
+		}
+		if len(naps) == 0 {
+			t.Fatalf("park %v: never napped", park)
+		}
+		var napped time.Duration
+		for _, d := range naps {
+			if d > napChunk {
+				t.Errorf("park %v: a nap of %v, longer than %v", park, d, napChunk)
+			}
+			napped += d
+		}
+		switch {
+		case !park && naps[0] != napChunk:
+			t.Errorf("without parking, first nap %v, want %v (naps %v)", naps[0], napChunk, naps)
+		case park && napped > parkMargin+time.Millisecond:
+			t.Errorf("parking, napped %v in all, want about %v (naps %v)", napped, parkMargin, naps)
 		}
 	}
 }

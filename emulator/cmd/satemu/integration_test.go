@@ -429,11 +429,19 @@ func TestControlSet(t *testing.T) {
 		t.Fatalf("invalid set: %v %v", r, err)
 	}
 	// The new delay, applied once: not the old 10 ms, never early, not
-	// doubled. Lateness is the benchmark's business, not this test's.
-	for _, v := range e.pingRTTs(t, 4) {
-		if v < 79.9 || v >= 150 {
-			t.Errorf("rtt after set %v ms, want 80 (at most a machine's lateness more)", v)
+	// doubled. A loaded host delays some echoes (lateness is the
+	// benchmark's business), so "once" is judged on the fastest echo: a
+	// doubled delay makes every one at least 160 ms.
+	rtts := e.pingRTTs(t, 4)
+	fastest := math.Inf(1)
+	for _, v := range rtts {
+		if v < 79.9 {
+			t.Errorf("rtt after set %v ms, earlier than the 80 ms set", v)
 		}
+		fastest = math.Min(fastest, v)
+	}
+	if fastest >= 150 {
+		t.Errorf("fastest rtt after set %v ms (all %v), want 80: the delay applied twice?", fastest, rtts)
 	}
 	// Loss is set after the pings, so that it cannot cost an echo; get
 	// reports it as set, and a refused set leaves it alone.
