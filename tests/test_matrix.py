@@ -172,6 +172,10 @@ def test_shipped_scenarios_with_variants():
     # every other client (today's are the experiment file's: test_scenario).
     assert {c.config["profiles"]["clientA"] for c in study if c.params["client"] == "ftp"} == {"ncftp-3.2.2"}
     assert {c.config["profiles"]["clientA"] for c in study if c.params["client"] != "ftp"} == {"linux-2.6.18-bic"}
+    # QUIC on today's hosts only, once per delay and BER, never behind a PEP.
+    quic = [c for c in gh if c.params["client"] in ("quic", "http3")]
+    assert len(quic) == 2 * 4 * 3 and {c.params["variant"] for c in quic} == {"quic"}
+    assert {(c.config["pep"], c.config["pep_options"]) for c in quic} == {("none", "")}
 
 
 def test_shipped_experiment_files_parse():

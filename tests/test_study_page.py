@@ -196,6 +196,41 @@ def test_the_whole_grid_has_its_own_section_and_feeds_the_claims_once_complete(t
     assert next(r for r in rows if r["status"] == "limited")["goodput_bps"] == "70000"
 
 
+def test_quic_rows_sit_in_today_s_table_and_beside_scp_and_saratoga(tmp_path):
+    """The grid's QUIC cells (variant quic, no PEP) are rows of today's
+    table and of the QUIC comparison at 600 ms; a grid without them has no
+    such section."""
+    grid = tmp_path / "full"
+    grid.mkdir()
+    _grid_store(str(grid), [
+        ("quic", "quic", "none", "", 600.0, 0.0, "ok", 6_650_000.0),
+        ("quic", "http3", "none", "", 600.0, 1e-5, "limited", 95_000.0),
+        ("today", "scp", "pepd", "", 600.0, 1e-5, "ok", 3_250_000.0),
+        ("today", "saratoga", "none", "", 600.0, 1e-5, "ok", 4_450_000.0),
+    ], 4)
+    page = page_in(tmp_path)
+    cp = satbed("study-page", FIXTURE, str(grid), "--page", page, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    lines = open(page).read().split(globalhawk.MARKER)[1].splitlines()
+    today = lines.index("#### Today's hosts, errors per bit")
+    quic = next(line for line in lines[today:] if line.startswith("| quic | no PEP |"))
+    assert [c.strip() for c in quic.split("|")][-4] == "6.65"     # 600 ms, BER 0: the tenth of twelve
+    beside = lines.index("#### QUIC beside SCP and Saratoga at 600 ms, today's hosts")
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.rstrip(" |").split("|")[2:]]
+             for line in lines[beside:beside + 14] if line.startswith("| ") and not line.startswith("| |")}
+    assert cells["QUIC, one stream (quic)"] == ["6.65", "·", "·"]
+    assert cells["HTTP/3 (http3)"] == ["·", "·", "0.10*"]
+    assert cells["scp, pepd TCP WAN leg"][2] == "3.25" and cells["Saratoga"][2] == "4.45"
+    assert cells["scp, no PEP"] == ["·", "·", "·"]
+    without = tmp_path / "tcp-only"
+    without.mkdir()
+    _grid_store(str(without), [("today", "scp", "pepd", "", 600.0, 1e-5, "ok", 3_250_000.0)], 1)
+    (tmp_path / "p2").mkdir()
+    page2 = page_in(tmp_path / "p2")
+    assert satbed("study-page", FIXTURE, str(without), "--page", page2, timeout=120).returncode == 0
+    assert "QUIC beside" not in open(page2).read()
+
+
 def _window_row(client: str, pep: str, repetition: int, lan_win: int, experiment: str = "globalhawk-window-spread"
                 ) -> "globalhawk.CellRow":
     """A cell of today's hosts at 600 ms and 1e-5 whose client advertised at most lan_win."""

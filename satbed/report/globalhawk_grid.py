@@ -1,8 +1,8 @@
 """The Global Hawk study's whole grid on its page: every cell of
 `satbed matrix scenarios/globalhawk.yaml` (100 MB, four delays, three error
-rates, six clients, with and without each PEP, in every variant) as tables
-and a CSV, how the run was made, and Charts 1-3 drawn from it, one panel per
-client and condition. The claims above it on the page come from smaller
+rates, six clients, with and without each PEP, in every variant, and QUIC
+end to end on today's hosts) as tables and a CSV, how the run was made, and
+Charts 1-3 drawn from it, one panel per client of the study and condition. The claims above it on the page come from smaller
 experiments; this section checks them against the grid."""
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from satbed.results.store import MEASURED, CellRow
 
 GRID_EXPERIMENT = "globalhawk"       # scenarios/globalhawk.yaml's name: its cells are the grid
 GRID_FILE = "scenarios/globalhawk.yaml"
-CLIENTS = ("ftp", "scp", "sftp", "rsync", "saratoga", "nuttcp-tcp")
+CLIENTS = ("ftp", "scp", "sftp", "rsync", "saratoga", "nuttcp-tcp")   # the study's: charted
+# QUIC rows (variant quic): today's hosts only, never split by a PEP; in the tables, not the
+# study's charts.
+QUIC_CLIENTS = ("quic", "http3")
 RTTS = (0.0, 100.0, 300.0, 600.0)
 BERS = (0.0, 1e-7, 1e-5)
 SCPS_OPTIONS = "rate=10000000 rtt_ms=800 minrto_us=800000 buf=2000000"
@@ -30,7 +33,7 @@ MODES = (("none", "", "no PEP", "-"), ("pepd", "", "pepd, TCP WAN leg", "--"),
          ("pepd", "wan=rate", "pepd, rate-based WAN leg", ":"), ("scps", SCPS_OPTIONS, "SCPS gateway", "-."))
 # Rows of the charts and tables: a condition, and the variants whose cells it shows. The study's
 # own PEP (variant study-scps) runs on the study's hosts and error model, so it sits in that row.
-CONDITIONS = (("today", ("today",), "today's hosts, errors per bit", "today's hosts\nerrors per bit"),
+CONDITIONS = (("today", ("today", "quic"), "today's hosts, errors per bit", "today's hosts\nerrors per bit"),
               ("study", ("study",), "the study's hosts, errors per bit", "study's hosts\nerrors per bit"),
               ("study-errors", ("study-errors", "study-scps"), "the study's hosts and error model (per packet)",
                "study's hosts\nerrors per packet"))
@@ -128,7 +131,7 @@ def _modes_of(variants: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
 def _table(grid: Grid, variants: tuple[str, ...]) -> list[str]:
     head = "| client | PEP | " + " | ".join(f"{rtt:g} ms, {fmt_ber(ber)}" for rtt in RTTS for ber in BERS) + " |"
     lines = [head, "|---|---|" + "---|" * (len(RTTS) * len(BERS))]
-    for client in CLIENTS:
+    for client in CLIENTS + QUIC_CLIENTS:
         for pep, options, label, _ in _modes_of(variants):
             values = [_cell_text(grid.shown(variants, client, pep, options, rtt, ber)) for rtt in RTTS for ber in BERS]
             if all(v == "·" for v in values):
@@ -261,11 +264,34 @@ def how_made(grid: Grid, runs: list[dict], conditions: str, revisions: str) -> l
     return lines
 
 
+def quic_beside(grid: Grid) -> list[str]:
+    """QUIC end to end beside SCP without and with pepd and Saratoga at the
+    study's longest delay: what a lab asks of QUIC over GEO, where no PEP
+    can split it."""
+    if not any(r.params["client"] in QUIC_CLIENTS for r in grid.rows):
+        return []
+    rows = [("quic", "quic", "none", "", "QUIC, one stream (quic)"),
+            ("quic", "http3", "none", "", "HTTP/3 (http3)"),
+            ("today", "scp", "none", "", "scp, no PEP"),
+            ("today", "scp", "pepd", "", "scp, pepd TCP WAN leg"),
+            ("today", "scp", "pepd", "wan=rate", "scp, pepd rate-based WAN leg"),
+            ("today", "saratoga", "none", "", "Saratoga")]
+    out = ["#### QUIC beside SCP and Saratoga at 600 ms, today's hosts", "",
+           "quic-go's one congestion control (NewReno) end to end; a PEP in the path passes QUIC through, so "
+           "its rows run without one. Goodput in Mbit/s, marks as in the tables below.", "",
+           "| | " + " | ".join(fmt_ber(b) for b in BERS) + " |", "|---|" + "---|" * len(BERS)]
+    for variant, client, pep, options, label in rows:
+        out.append(f"| {label} | " + " | ".join(_cell_text(grid.cells(variant, client, pep, options, 600.0, b))
+                                                for b in BERS) + " |")
+    return out + [""]
+
+
 def tables(grid: Grid) -> list[str]:
     out = ["Goodput in Mbit/s, by condition; columns are RTT and BER. `*`: the cell reached its 300 s "
            "measurement window before the 100 MB were through (status `limited`; the goodput is over what "
            "it delivered). Every cell is in `global-hawk/grid.csv` beside this page.", ""]
     out += _stalls(grid)
+    out += quic_beside(grid)
     for _, variants, label, _ in CONDITIONS:
         out += [f"#### {label[0].upper() + label[1:]}", "", *_table(grid, variants), ""]
     return out
