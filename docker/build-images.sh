@@ -9,7 +9,7 @@
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-for b in satemu pepd saratoga; do
+for b in satemu pepd saratoga satquic; do
 	[ -x "bin/$b" ] || { echo "satbed: bin/$b missing: run \`make build\` first" >&2; exit 2; }
 done
 PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" exec /usr/bin/python3 -m satbed.backends.docker images "$@"

@@ -179,7 +179,7 @@ def tail(cp: subprocess.CompletedProcess, n: int = 40) -> str:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    for b in ("satemu", "pepd", "saratoga"):
+    for b in ("satemu", "pepd", "saratoga", "satquic"):
         if not os.access(os.path.join(REPO, "bin", b), os.X_OK):
             pytest.skip(f"bin/{b} missing: run `make build`")
     # The end-host image `make images` built (any machine image with sshd and
@@ -364,8 +364,8 @@ def test_run_across_the_machines(bed):
 @needs_ansible
 def test_matrix_across_the_machines(bed, tmp_path):
     """A small matrix on the machines: the SSH-based clients (their sshd on
-    its own port, the machine's sshd keeping 22) and Saratoga, without and
-    with pepd, one cell at a time; every file intact."""
+    its own port, the machine's sshd keeping 22), Saratoga and QUIC, without
+    and with pepd, one cell at a time; every file intact."""
     if not bed.applied:
         pytest.fail(f"the site playbook did not apply: {tail(bed.first)}")
     exp = tmp_path / "machines.yaml"
@@ -373,7 +373,7 @@ def test_matrix_across_the_machines(bed, tmp_path):
         "name": "machines", "repetitions": 1,
         "fixed": {"size": "256K", "direction": "download", "rtt": 100, "emulator": "userspace",
                   "captures": "none"},
-        "axes": {"client": ["scp", "sftp", "rsync", "saratoga"], "pep": ["none", "pepd"]}}))
+        "axes": {"client": ["scp", "sftp", "rsync", "saratoga", "quic"], "pep": ["none", "pepd"]}}))
     out = os.path.join(bed.runs_dir, "matrix")
     cp = satbed("matrix", str(exp), "--backend", "ansible", "--inventory", bed.inventory, "--jobs", "2",
                 "--out", out, timeout=60)
@@ -381,21 +381,26 @@ def test_matrix_across_the_machines(bed, tmp_path):
     started = time.monotonic()
     cp = satbed("matrix", str(exp), "--backend", "ansible", "--inventory", bed.inventory, "--out", out,
                 timeout=1200)
-    print(f"8 cells in {time.monotonic() - started:.0f} s")
+    print(f"10 cells in {time.monotonic() - started:.0f} s")
     assert cp.returncode == 0, (cp.stdout + cp.stderr)[-3000:]
     results = []
     for path in glob.glob(os.path.join(out, "cells", "*", "result.json")):
         with open(path, encoding="utf-8") as f:
             results.append(json.load(f))
-    assert len(results) == 8
+    assert len(results) == 10
     for r in results:
         cell = (r["client"], r["pep"]["name"] if isinstance(r["pep"], dict) else r["pep"])
         assert r["integrity"] == "ok" and r["sha256"] == r["sha256_expected"], (cell, r.get("error"))
         print(cell, r.get("goodput_bps"), r.get("tcp_connect_ms"))
+        if r["client"] == "quic":
+            # Both ends' qlogs and the key log, written on the machines into
+            # the shared run directory, as on namespaces.
+            assert set(r["qlog"]) == {"client", "server"}, (cell, r.get("qlog"))
+            assert r["keylog"] == "tls-keys.log" and r["congestion_control"] == "newreno", cell
     # Nothing left running: no PEP, emulator or capture, no run's sshd.
     for node in NICS:
         ps = bed.exec(node, "ps", "-eo", "args=").stdout.splitlines()
-        assert not [a for a in ps if a.split()[0].rsplit("/", 1)[-1] in ("pepd", "satemu", "tcpdump")
+        assert not [a for a in ps if a.split()[0].rsplit("/", 1)[-1] in ("pepd", "satemu", "tcpdump", "satquic")
                     or "sshd_config" in a], (node, ps)
 
 

@@ -5,6 +5,7 @@ second build is a no-op) and reused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ def satbed_containers() -> list[str]:
 @pytest.fixture(scope="module")
 def images():
     """satbed's images, built from nothing where absent (minutes), else reused."""
-    for b in ("satemu", "pepd", "saratoga"):
+    for b in ("satemu", "pepd", "saratoga", "satquic"):
         if not os.access(os.path.join(REPO, "bin", b), os.X_OK):
             pytest.skip(f"bin/{b} missing: run `make build`")
     started = time.monotonic()
@@ -75,6 +76,16 @@ def test_every_image_stages_from_the_repository(tmp_path):
         dest = tmp_path / s.name
         docker.stage(s, str(dest))
         assert (dest / s.dockerfile).is_file()
+
+
+def test_the_host_image_carries_our_transfer_programs(tmp_path):
+    """The end-host image takes saratoga and satquic from bin/ (the staged
+    context holds them, so the Dockerfile's COPY finds them)."""
+    host = docker.spec("host")
+    assert {"bin/saratoga", "bin/satquic"} <= set(host.files)
+    with open(os.path.join(REPO, host.dockerfile), encoding="utf-8") as f:
+        copies = [line.split()[1:] for line in f if line.startswith("COPY ")]
+    assert ["bin/saratoga", "/opt/satbed/bin/saratoga"] in copies and ["bin/satquic", "/opt/satbed/bin/satquic"] in copies
 
 
 def test_host_mirror_reads_deb822(tmp_path, monkeypatch):
@@ -217,6 +228,46 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     caps = os.listdir(os.path.join(run_dir, "captures"))
     assert "lan_a.pcap" in caps and any(c.startswith("wan") for c in caps), caps
     assert all(os.path.getsize(os.path.join(run_dir, "captures", c)) > 24 for c in caps)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@needs_root
+@needs_docker
+def test_quic_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
+    """The quic client on containers as on namespaces: the file checked by
+    SHA-256, both ends' qlogs and the client's TLS key log in the run
+    directory, pepd passing the UDP untouched. The end-host image carries
+    this build's satquic."""
+    image = docker.docker("run", "--rm", "--network", "none", "--entrypoint", "sha256sum", "satbed/host:latest",
+                          "/opt/satbed/bin/satquic", check=False, timeout=120)
+    assert image.returncode == 0, image.stderr
+    assert image.stdout.split()[0] == _sha256(os.path.join(REPO, "bin", "satquic"))
+    cp = satbed("run", "--backend", "docker", "--pep", "pepd", "--client", "quic", "--size", "2M", "--rtt", "100",
+                "--captures", "none", "--no-analysis", "--out", str(tmp_path), timeout=600)
+    assert cp.returncode == 0, cp.stderr
+    run_dir, summary = _result(cp.stdout)
+    with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
+        r = json.load(f)
+    assert summary["integrity"] == "ok" and r["bytes"] == 2 << 20 and r["sha256"] == r["sha256_expected"]
+    with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
+        tb = json.load(f)["testbed"]
+    assert tb["backend"] == "docker" and tb["nodes"]["clientA"]["image"] == "satbed/host:latest"
+    assert r["congestion_control"] == "newreno" and 95 < r["handshake_ms"] < 400, r
+    assert set(r["qlog"]) == {"client", "server"}
+    for s in r["qlog"].values():
+        assert s["file"].startswith("qlog/") and s["malformed"] == 0, s
+        assert os.path.getsize(os.path.join(run_dir, s["file"])) > 0
+    with open(os.path.join(run_dir, r["keylog"]), encoding="utf-8") as f:
+        assert "CLIENT_TRAFFIC_SECRET_0 " in f.read()
+    for node in r["pep"]["nodes"].values():
+        assert node["bytes_lan_to_wan"] == 0 and node["bytes_wan_to_lan"] == 0, node
 
 
 @needs_root

@@ -93,7 +93,7 @@ PEP_FILES = ("pep/adapters", "docker/pep-entrypoint.sh", "docker/wait-ports.sh")
 
 IMAGES: tuple[ImageSpec, ...] = (
     ImageSpec("base", "docker/base/Dockerfile", ("docker/base/Dockerfile", "docker/base/apt"), None),
-    ImageSpec("host", "clients/Dockerfile", ("clients/Dockerfile", "bin/saratoga")),
+    ImageSpec("host", "clients/Dockerfile", ("clients/Dockerfile", "bin/saratoga", "bin/satquic")),
     ImageSpec("emulator", "emulator/Dockerfile",
               ("emulator/Dockerfile", "bin/satemu", "docker/emulator-entrypoint.sh", "docker/wait-ports.sh")),
     ImageSpec("pep-none", "pep/images/none/Dockerfile", ("pep/images/none/Dockerfile", *PEP_FILES)),
