@@ -67,6 +67,8 @@ def slurm_cluster():
     for tool in slurm.TOOLS:
         assert shutil.which(tool), f"{tool} missing: `make deps` installs slurm-client"
     assert shutil.which("docker"), "docker missing"
+    # The nodes run this checkout's satemu (build-images.sh, called here before, checked it too).
+    assert os.access(os.path.join(REPO, "bin", "satemu"), os.X_OK), "bin/satemu missing: run `make build`"
     # Under the images lock, as every module's image build: a build beside
     # another worker's would bootstrap Debian and build satbed/base twice at once.
     with images_lock():
