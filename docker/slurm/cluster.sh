@@ -41,6 +41,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# A requeued task becomes eligible when its begin time passes, which no event
+# announces: only the periodic passes (every 60 s, backfill every 30 s by
+# default) would start it. A cluster of two one-CPU nodes schedules in no time.
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
