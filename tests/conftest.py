@@ -62,10 +62,12 @@ SLOW = (
 
 # The longest units of work, longest first (`make test`'s --durations on 2 cores):
 # xdist starts them first, so none is left to finish alone at the end.
+# The fresh clone comes second: it needs no image, so one worker runs it while
+# the other builds the images the Docker units after it wait for.
 FIRST = (
     "test_ansible.py",                                  # the five-container bed, its playbooks, a matrix
-    "test_slurm.py",                                    # a slurmctld and two slurmd containers, a node killed
     "test_frontdoor.py::test_a_fresh_clone",            # the README's `make experiment`
+    "test_slurm.py",                                    # a slurmctld and two slurmd containers, a node killed
     "test_docker.py::test_compose_swaps",
     "test_confinement.py::test_a_hostile_pep",
     "test_docker.py::test_run_and_matrix",
