@@ -230,14 +230,6 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     assert all(os.path.getsize(os.path.join(run_dir, "captures", c)) > 24 for c in caps)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @needs_root
 @needs_docker
 def test_quic_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
@@ -248,7 +240,8 @@ def test_quic_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     image = docker.docker("run", "--rm", "--network", "none", "--entrypoint", "sha256sum", "satbed/host:latest",
                           "/opt/satbed/bin/satquic", check=False, timeout=120)
     assert image.returncode == 0, image.stderr
-    assert image.stdout.split()[0] == _sha256(os.path.join(REPO, "bin", "satquic"))
+    with open(os.path.join(REPO, "bin", "satquic"), "rb") as f:
+        assert image.stdout.split()[0] == hashlib.file_digest(f, "sha256").hexdigest()
     cp = satbed("run", "--backend", "docker", "--pep", "pepd", "--client", "quic", "--size", "2M", "--rtt", "100",
                 "--captures", "none", "--no-analysis", "--out", str(tmp_path), timeout=600)
     assert cp.returncode == 0, cp.stderr
