@@ -77,10 +77,21 @@ experiment: build
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
 # Two tiers (README "Tests"). check: no testbed, no Docker, no matrix; minutes.
-# test: everything once, testbeds shared per module, two xdist workers, the
+# test: everything once, testbeds shared per module, WORKERS xdist workers, the
 # longest units first (--dist loadgroup); `serial` tests (satbed clean) take turns.
 PYTEST := $(PY) -m pytest -q -rfEs --durations=10
-check: build check-go check-py
+# xdist workers for `make test`: its testbed tests mostly wait on delays and
+# timers, so a third worker fills what two leave idle.
+WORKERS ?= 3
+
+# The Go tests (-short: seconds, mostly waiting) run beside pytest, which
+# keeps both cores busy; their output follows pytest's.
+check: build
+	go vet ./...
+	@log=$$(mktemp); go test -short -count=1 ./... >$$log 2>&1 & gopid=$$!; \
+	  $(PYTEST) -n 2 --timeout 120 -m "not testbed and not docker and not slow" tests; pyrc=$$?; \
+	  wait $$gopid; gorc=$$?; echo "--- go test -short -count=1 ./..."; cat $$log; rm -f $$log; \
+	  [ $$pyrc -eq 0 ] && [ $$gorc -eq 0 ]
 
 check-go:
 	go vet ./...
@@ -94,7 +105,7 @@ check-py:
 test: build services
 	go vet ./...
 	@log=$$(mktemp); go test -count=1 ./... >$$log 2>&1 & gopid=$$!; \
-	  $(PYTEST) -n 2 --dist loadgroup --timeout 600 tests; pyrc=$$?; \
+	  $(PYTEST) -n $(WORKERS) --dist loadgroup --timeout 600 tests; pyrc=$$?; \
 	  wait $$gopid; gorc=$$?; echo "--- go test -count=1 ./..."; cat $$log; rm -f $$log; \
 	  [ $$pyrc -eq 0 ] && [ $$gorc -eq 0 ]
 	@$(MAKE) --no-print-directory test-docs
@@ -104,7 +115,7 @@ test-go:
 	go test -count=1 ./...
 
 test-py: services
-	$(PYTEST) -n 2 --dist loadgroup --timeout 600 tests
+	$(PYTEST) -n $(WORKERS) --dist loadgroup --timeout 600 tests
 
 # What the tests need running: the Docker daemon (started where it is not).
 services: deps

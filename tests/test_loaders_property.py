@@ -86,6 +86,21 @@ def test_yaml_bytes_load_or_one_error(data):
             assert "\n" not in str(e)
 
 
+def test_a_yaml_file_is_read_again_when_its_text_changes_and_each_caller_gets_its_own_copy(tmp_path):
+    """yamlfile.load parses each text once: a caller's change to its document
+    must not reach the next caller, and a file rewritten at once with text
+    of the same length (the same size, and a modification time the kernel
+    may not tell apart) must be read anew."""
+    from satbed.core import yamlfile
+    path = tmp_path / "a.yaml"
+    path.write_text("a: [1]\n")
+    first = yamlfile.load(str(path), "test file")
+    first["a"].append(2)
+    assert yamlfile.load(str(path), "test file") == {"a": [1]}
+    path.write_text("a: [3]\n")
+    assert yamlfile.load(str(path), "test file") == {"a": [3]}
+
+
 @PROFILE
 @given(st.binary(max_size=300) | documents.map(lambda d: __import__("json").dumps(d).encode()))
 def test_records_scan_never_raises(data):

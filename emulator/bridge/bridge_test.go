@@ -393,25 +393,29 @@ func TestLongWaits(t *testing.T) {
 			naps = append(naps, d)
 			return syscallNap(d)
 		}}
-		due := clock() + 35*time.Millisecond
+		// Far enough ahead that a descheduled test still has more than
+		// napChunk to wait when it first naps.
+		due := clock() + 100*time.Millisecond
 		if ok, _ := sleepUntil(context.Background(), clock, due, 0, w); !ok || clock() < due {
 			t.Fatalf("park %v: returned at %v, due %v", park, clock(), due)
 		}
 		if len(naps) == 0 {
 			t.Fatalf("park %v: never napped", park)
 		}
-		var napped time.Duration
 		for _, d := range naps {
 			if d > napChunk {
 				t.Errorf("park %v: a nap of %v, longer than %v", park, d, napChunk)
 			}
-			napped += d
 		}
 		switch {
 		case !park && naps[0] != napChunk:
 			t.Errorf("without parking, first nap %v, want %v (naps %v)", naps[0], napChunk, naps)
-		case park && napped > parkMargin+time.Millisecond:
-			t.Errorf("parking, napped %v in all, want about %v (naps %v)", napped, parkMargin, naps)
+		// What the waiter chose, not how long the kernel took: a nap cut
+		// short (EINTR) or overslept on a loaded host is retried, so the
+		// sum of the naps says nothing about the choice.
+		case park && naps[0] > parkMargin:
+			t.Errorf("parking, first nap %v, want at most %v: the timer should have waited the rest (naps %v)",
+				naps[0], parkMargin, naps)
 		}
 	}
 }
