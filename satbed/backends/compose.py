@@ -285,7 +285,11 @@ class Standing:
         got = client_answer(cp)
         # The server's answer ("length sha256" of what it received) is what the client sent.
         if not (got.get("reply") and got["reply"] == got.get("sent")):
-            raise SatbedError(f"TCP through the chain failed: {got.get('error') or got.get('reply') or 'no reply'}")
+            # Both ends' last words: a client that read nothing and a server
+            # that never accepted point at the PEP, a wrong answer at the bytes.
+            seen = last_line(server.stderr.read() + "\n" + server.stdout.read()) or "no output"
+            raise SatbedError(f"TCP through the chain failed: {got.get('error') or got.get('reply') or 'no reply'}"
+                              f" (clientA's reading ended: {got.get('end', 'unknown')}; clientB's server: {seen})")
         # PEPs may refresh their counters periodically (pepd: every second):
         # wait a little for a splitting PEP that shows no split yet.
         deadline = time.monotonic() + STATS_SETTLE_S
