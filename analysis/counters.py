@@ -10,7 +10,7 @@ import os
 
 from satbed.backends.counters import SERIES, by_port, read_series, summarize
 
-from .figures import data_uri, plt, png
+from .figures import data_uri, png, pyplot
 
 
 def intervals(rows: list[dict], port: str, interval_s: float) -> list[dict]:
@@ -40,7 +40,7 @@ def intervals(rows: list[dict], port: str, interval_s: float) -> list[dict]:
 def plot(rows: list[dict], title: str = "Router interface counters") -> bytes:
     """PNG: per port, egress rate, queue drops per second and backlog over
     time (rates from the cumulative counters between samples)."""
-    fig, (ax_rate, ax_drop, ax_q) = plt.subplots(3, 1, figsize=(7.5, 7.2), dpi=110, sharex=True)
+    fig, (ax_rate, ax_drop, ax_q) = pyplot().subplots(3, 1, figsize=(7.5, 7.2), dpi=110, sharex=True)
     ports = by_port(rows)
     for key, rs in sorted(ports.items()):
         ts = [r["t_s"] for r in rs]

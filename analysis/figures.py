@@ -1,26 +1,43 @@
 """Figures as PNG bytes, for every page that draws (run reports, the matrix
-report, study pages). matplotlib's headless backend is selected here, before
-pyplot loads, so drawing modules import plt from this module."""
+report, study pages).
+
+matplotlib is loaded by the first figure, not when a drawing module is
+imported: its import costs about 0.6 s of CPU, which every `satbed` command
+and every matrix cell paid before, whether it drew or not. Drawing modules
+call `pyplot()`; type hints name matplotlib's classes under TYPE_CHECKING."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import matplotlib
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-matplotlib.use("Agg")   # no display on the testbed hosts
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-from matplotlib.figure import Figure  # noqa: E402
+__all__ = ["pyplot", "png", "data_uri"]
 
-__all__ = ["plt", "png", "data_uri"]
+
+@functools.cache
+def pyplot() -> ModuleType:
+    """matplotlib.pyplot on the headless backend (no display on the testbed
+    hosts), chosen before pyplot loads. Its namespace also carries the
+    classes drawing code needs (Line2D, FuncFormatter, matplotlib.path)."""
+    import matplotlib  # deferred on purpose: see the module docstring
+    matplotlib.use("Agg")
+    import matplotlib.collections  # noqa: F401  (LineCollection, for tsg)
+    import matplotlib.path  # noqa: F401
+    import matplotlib.pyplot
+    return matplotlib.pyplot
 
 
 def png(fig: Figure) -> bytes:
     """A figure as PNG bytes, and the figure closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
 
 

@@ -27,18 +27,20 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from satbed.backends.clients.ping import ECHOES_FILE, ECHOES_HEADER
 from satbed.core.errors import SatbedError
 from satbed.core.files import read_regular
 from satbed.model import linkprofile
 
-from .figures import data_uri, plt, png
+from .figures import data_uri, png, pyplot
 from .outage import data_flow
 from .pcap import PcapError
 from .run import RTT_SAMPLES_CSV
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FIGURE = "leo_timeline.png"     # RUN/analysis/leo/FIGURE
 MAX_SERIES_BYTES = 64 << 20      # a day of echoes or a large transfer's ACKs fit many times over
@@ -300,7 +302,7 @@ def draw(tl: Timeline, title: str) -> Figure:
     """RTT, goodput and buffer panels (those with data) over profile time,
     the handovers as dashed vertical lines."""
     panels = ["rtt"] + (["goodput"] if tl.goodput else []) + (["buffer"] if tl.buffer else [])
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.6 * len(panels) + 0.6), sharex=True, squeeze=False)
+    fig, axes = pyplot().subplots(len(panels), 1, figsize=(10, 2.6 * len(panels) + 0.6), sharex=True, squeeze=False)
     xs = [t for t, _ in tl.rtt] + [t for t, _ in tl.goodput] + [t for s in tl.buffer.values() for t, _ in s]
     lo, hi = (min(xs), max(xs)) if xs else (0.0, tl.expected[-1][0] if tl.expected else 1.0)
     for ax, panel in zip(axes[:, 0], panels):

@@ -35,7 +35,7 @@ from typing import Any
 
 from satbed.core.files import jsonl_records
 
-from .figures import data_uri, plt, png
+from .figures import data_uri, png, pyplot
 from .pcap import PcapError, read_tcp
 
 BIN_S = 0.1
@@ -307,7 +307,7 @@ def traces(run_dir: str | Path) -> dict:
 def _figure(run_dir: Path, title: str, window: tuple[float, float] = (0.0, 60.0)) -> str:
     """cwnd, sending rate and buffer occupancy of one run over one cycle, as a data: URI PNG."""
     tr = traces(run_dir)
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    fig, axes = pyplot().subplots(3, 1, figsize=(9, 7), sharex=True)
     lo, hi = window
     for ax in axes:
         for d, u in tr["outages"]:
@@ -346,7 +346,7 @@ def _throughput_figure(rows: list[RunMetrics]) -> str | None:
         series.setdefault((_leg(m), m.buffer_packets), []).append((m.ack_reserve or 1.0, m.throughput_fraction))
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = pyplot().subplots(figsize=(7, 4.5))
     for (leg, b), pts in sorted(series.items()):
         pts.sort()
         ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o" if leg == "tcp" else "s",

@@ -14,7 +14,7 @@ from typing import Callable
 from satbed.backends.traffic import load_flows, summary
 from satbed.model.workload import TRAFFIC_DIR
 
-from .figures import data_uri, plt, png
+from .figures import data_uri, png, pyplot
 
 
 def goodput_cdf(flows: list[dict], status: str = "completed",
@@ -67,7 +67,7 @@ def analyze(run_dir: str) -> dict:
 def plot(run_dir: str) -> bytes:
     """PNG: completed flows' goodput CDF (per direction) and open flows over time."""
     flows = load_flows(run_dir)
-    fig, (ax_cdf, ax_n) = plt.subplots(2, 1, figsize=(7.5, 6.4), dpi=110)
+    fig, (ax_cdf, ax_n) = pyplot().subplots(2, 1, figsize=(7.5, 6.4), dpi=110)
     cdf = goodput_cdf(flows)
     for direction, pts in cdf.items():
         ax_cdf.step([v / 1e6 for v, _ in pts], [p for _, p in pts], where="post", linewidth=1.4,

@@ -30,18 +30,13 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import matplotlib
+from .figures import pyplot
+from .tcptrace import TcptraceError, _run, TCPTRACE
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.path import Path as MPath  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from .tcptrace import TcptraceError, _run, TCPTRACE  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.lines import Line2D
 
 TWO_POINT = {"dot", "plus", "box", "diamond", "x", "invisible",
              "uarrow", "darrow", "larrow", "rarrow",
@@ -61,28 +56,32 @@ BACKGROUND = "#000000"
 FOREGROUND = "#d0d0d0"
 
 
-def _marker(points: list[tuple[float, float]]) -> MPath:
-    return MPath(points, [MPath.MOVETO] + [MPath.LINETO] * (len(points) - 1))
-
-
-# Open arrow heads and ticks in screen space, like xplot's.
-MARKERS: dict[str, Any] = {
-    "darrow": _marker([(-1, 1), (0, 0), (1, 1)]),
-    "uarrow": _marker([(-1, -1), (0, 0), (1, -1)]),
-    "larrow": _marker([(1, 1), (0, 0), (1, -1)]),
-    "rarrow": _marker([(-1, 1), (0, 0), (-1, -1)]),
-    "utick": _marker([(0, 0), (0, 1)]),
-    "dtick": _marker([(0, 0), (0, -1)]),
-    "htick": _marker([(-1, 0), (1, 0)]),
-    "vtick": _marker([(0, -1), (0, 1)]),
-    "ltick": _marker([(0, 0), (-1, 0)]),
-    "rtick": _marker([(0, 0), (1, 0)]),
-    "dot": ".",
-    "plus": "+",
-    "x": "x",
-    "box": "s",
-    "diamond": "D",
+# Open arrow heads and ticks in screen space, like xplot's: an open path's vertices.
+OPEN_PATHS: dict[str, tuple[tuple[int, int], ...]] = {
+    "darrow": ((-1, 1), (0, 0), (1, 1)),
+    "uarrow": ((-1, -1), (0, 0), (1, -1)),
+    "larrow": ((1, 1), (0, 0), (1, -1)),
+    "rarrow": ((-1, 1), (0, 0), (-1, -1)),
+    "utick": ((0, 0), (0, 1)),
+    "dtick": ((0, 0), (0, -1)),
+    "htick": ((-1, 0), (1, 0)),
+    "vtick": ((0, -1), (0, 1)),
+    "ltick": ((0, 0), (-1, 0)),
+    "rtick": ((0, 0), (1, 0)),
 }
+POINT_MARKERS = {"dot": ".", "plus": "+", "x": "x", "box": "s", "diamond": "D"}
+MARKERS = frozenset(OPEN_PATHS) | frozenset(POINT_MARKERS)
+
+
+def _marker(kind: str) -> Any:
+    """matplotlib's marker for an xplot point kind."""
+    if kind in POINT_MARKERS:
+        return POINT_MARKERS[kind]
+    path = pyplot().matplotlib.path.Path
+    points = OPEN_PATHS[kind]
+    return path(points, [path.MOVETO] + [path.LINETO] * (len(points) - 1))
+
+
 MARKER_SIZE = {"dot": 2.0, "diamond": 3.0, "box": 3.0, "plus": 4.0, "x": 4.0}
 TEXT_ALIGN = {"text": ("center", "center"), "atext": ("center", "bottom"),
               "btext": ("center", "top"), "ltext": ("right", "center"),
@@ -236,11 +235,11 @@ def _legend_handles(spec: list[tuple[str, str, str]]) -> list[Line2D]:
     for kind, colour, label in spec:
         c = PALETTE[colour]
         if kind == "line":
-            handles.append(Line2D([], [], color=c, lw=1.5, label=label))
+            handles.append(pyplot().Line2D([], [], color=c, lw=1.5, label=label))
         else:
-            handles.append(Line2D([], [], color=c, lw=0, marker=MARKERS[kind],
-                                  markersize=8, markerfacecolor="none",
-                                  markeredgecolor=c, label=label))
+            handles.append(pyplot().Line2D([], [], color=c, lw=0, marker=_marker(kind),
+                                           markersize=8, markerfacecolor="none",
+                                           markeredgecolor=c, label=label))
     return handles
 
 
@@ -279,6 +278,7 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
     elems = xp.elements
     if xlim is not None:
         elems = [e for e in elems if _in_window(e, *xlim)]
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=size, dpi=dpi)
     try:
         fig.patch.set_facecolor(BACKGROUND)
@@ -299,11 +299,11 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
                 xs.append(e.coords[0])
                 ys.append(e.coords[1] * yscale)
         for colour, s in segs.items():
-            ax.add_collection(LineCollection(s, colors=PALETTE.get(colour, FOREGROUND),
-                                             linewidths=0.8))
+            ax.add_collection(plt.matplotlib.collections.LineCollection(
+                s, colors=PALETTE.get(colour, FOREGROUND), linewidths=0.8))
         for (kind, colour), (xs, ys) in points.items():
             c = PALETTE.get(colour, FOREGROUND)
-            ax.plot(xs, ys, lw=0, marker=MARKERS[kind], markersize=MARKER_SIZE.get(kind, 5.0),
+            ax.plot(xs, ys, lw=0, marker=_marker(kind), markersize=MARKER_SIZE.get(kind, 5.0),
                     markerfacecolor="none" if kind in ("diamond", "box") else c,
                     markeredgecolor=c, markeredgewidth=0.8)
         if len(texts) > max_texts:
@@ -346,7 +346,7 @@ def render(xp: Xplot, out: Path, *, xlim: tuple[float, float] | None = None,
         ax.ticklabel_format(axis="y", style="plain", useOffset=False)
         if xp.xtype == "timeval":
             # Absolute capture time: every vantage's graph reads on one clock.
-            ax.xaxis.set_major_formatter(FuncFormatter(_time_of_day))
+            ax.xaxis.set_major_formatter(plt.FuncFormatter(_time_of_day))
         else:
             ax.ticklabel_format(axis="x", style="plain", useOffset=False)
         if cropped_above is not None:

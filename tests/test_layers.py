@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -176,6 +178,18 @@ def test_no_module_over_600_lines(module):
 def test_no_context_variables():
     users = [m for m, p in MODULES.items() if "contextvars" in open(p, encoding="utf-8").read()]
     assert not users, f"configuration travels through ContextVars in {users}: hand an object in instead"
+
+
+def test_commands_and_matrix_cells_start_without_matplotlib():
+    """matplotlib costs about 0.6 s of CPU to import: every `satbed` command
+    and every matrix cell's child paid it, drawing or not. It loads with the
+    first figure (analysis/figures.py)."""
+    probe = ("import sys, satbed.cli, satbed.worker, analysis.report; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"imported at start: {out.stdout.strip()[:200]}"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import json
 import math
 from collections import Counter, defaultdict
 
-from analysis.figures import plt, png
+from analysis.figures import png, pyplot
 from satbed.results.store import MEASURED, CellRow
 
 from .common import MARKERS, PROTOCOL_ORDER, colour, fmt_ber, line_style, mean_ci, measured, param_key, pep_label
@@ -72,7 +72,7 @@ def draw_chart(rows: list[CellRow], name: str, title: str, x: str, fixed: str, w
     ok = measured(rows)
     present = sorted({r.params[fixed] for r in ok})
     value = pick(present, want, log=fixed == "ber")
-    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=110)
+    fig, ax = pyplot().subplots(figsize=(7.5, 4.6), dpi=110)
     caption, plotted = "", []
     if value is None:
         ax.text(0.5, 0.5, "no throughput measurements in this matrix", ha="center", va="center",

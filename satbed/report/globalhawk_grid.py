@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Callable
 
-from analysis.figures import plt, png
+from analysis.figures import png, pyplot
 from satbed.core.files import write_text
 from satbed.report.common import colour, fmt_ber
 from satbed.results.store import MEASURED, CellRow
@@ -160,7 +160,7 @@ def _chart(grid: Grid, name: str, x: str, fixed: float, figures: str) -> str:
     """A row of panels per condition, a panel per client; a line per PEP."""
     xs = BERS if x == "ber" else RTTS
     clients = [c for c in CLIENTS if any(r.params["client"] == c for r in grid.rows)]
-    fig, axes = plt.subplots(len(CONDITIONS), len(clients), figsize=(2.7 * len(clients) + 0.8, 8.4),
+    fig, axes = pyplot().subplots(len(CONDITIONS), len(clients), figsize=(2.7 * len(clients) + 0.8, 8.4),
                              sharex=True, sharey=True, squeeze=False)
     fig.subplots_adjust(left=0.1, right=0.98, top=0.95, bottom=0.14, wspace=0.07, hspace=0.18)
     for i, (_, variants, _, short) in enumerate(CONDITIONS):
@@ -190,7 +190,7 @@ def _chart(grid: Grid, name: str, x: str, fixed: float, figures: str) -> str:
     os.makedirs(figures, exist_ok=True)
     with open(os.path.join(figures, f"{name}.png"), "wb") as f:
         f.write(png(fig))
-    plt.close(fig)
+    pyplot().close(fig)
     return f"{os.path.basename(figures)}/{name}.png"
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from analysis import outage
-from analysis.figures import plt
+from analysis.figures import pyplot
 from satbed.report.common import fmt_value
 from satbed.results.store import CellRow
 
@@ -184,7 +184,7 @@ def _trace_figure(runs: Runs, figures: str) -> str | None:
              if any(runs.cell(f"{cond}-{s}") for s in (PLAIN, RESERVED))]
     if not shown:
         return None
-    fig, axes = plt.subplots(2, len(shown), figsize=(4.6 * len(shown), 5.4), sharex=True, squeeze=False)
+    fig, axes = pyplot().subplots(2, len(shown), figsize=(4.6 * len(shown), 5.4), sharex=True, squeeze=False)
     for col, (cond, label) in enumerate(shown):
         for suffix, style in ((PLAIN, "-"), (RESERVED, "--")):
             c = runs.cell(f"{cond}-{suffix}")

@@ -10,16 +10,17 @@ import html
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
-
-from analysis.figures import data_uri, plt, png
+from analysis.figures import data_uri, png, pyplot
 from satbed.core.files import write_text
 from satbed.results.store import CellRow
 
 from ..common import mean_ci
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def page_figure(fig: Figure, figures: str, name: str) -> str:
     os.makedirs(figures, exist_ok=True)
     with open(os.path.join(figures, name), "wb") as f:
         f.write(png(fig))
-    plt.close(fig)
+    pyplot().close(fig)
     return f"{os.path.basename(figures)}/{name}"
 
 

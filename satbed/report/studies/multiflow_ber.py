@@ -9,12 +9,11 @@ import html
 import os
 import statistics
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
-from analysis.figures import plt
+from analysis.figures import pyplot
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
@@ -26,6 +25,10 @@ from .headlines import table as headline_table
 NAME = "ACTS multi-flow BER"
 
 from .multiflow_cells import (DECADES, _emulator_start_unix, _emulator_timing, _error_figure, _generator_summary, _intervals, _router_drops, _transmitted, _uplink_flows)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 def multiflow_tables(out: str, rows: list[CellRow]) -> dict:
@@ -72,7 +75,7 @@ def _grid(n: int) -> tuple[Figure, np.ndarray]:
     """Panels four to a row."""
     cols = min(4, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, axes
@@ -126,7 +129,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                          "and 7): completed uploads from OU, goodput from the sender's own records."))
 
     # Figures 2/5: bytes, BER and router drops over time, one run per configuration.
-    fig, axes = plt.subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), squeeze=False, sharex=True)
+    fig, axes = pyplot().subplots(len(keys), 1, figsize=(10, 2.6 * len(keys)), squeeze=False, sharex=True)
     for ax, k in zip(axes[:, 0], keys):
         cell, t0, samples = tab[k]["cells"][0]
         per_s: dict[int, list[EmuSample]] = defaultdict(list)
@@ -383,7 +386,7 @@ def _cdfs(cells: dict[str, dict], figures: str) -> str:
     """Utilisation per interval and per-connection throughput by BER class,
     one column per condition (the study's Figures 3 and 6)."""
     shown = [c for c, _ in CONDITIONS if c in cells]
-    fig, axes = plt.subplots(2, len(shown), figsize=(4.4 * len(shown), 7), squeeze=False)
+    fig, axes = pyplot().subplots(2, len(shown), figsize=(4.4 * len(shown), 7), squeeze=False)
     for col, cond in enumerate(shown):
         for i, dec in enumerate(DECADES):
             util = [100 * u for d, u, _ in cells[cond]["intervals"] if d == dec]

@@ -10,7 +10,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from analysis.figures import plt
+from analysis.figures import pyplot
 from satbed.results.store import MEASURED, CellRow
 
 from ..common import html_table
@@ -85,7 +85,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                ("server_busy_s", "server busy time (s)", "Figure 5"),
                ("server_rtt_ms", "RTT measured at the server (ms)", "Figure 6"),
                ("download_s", "download time at the client (s)", "Figure 7"))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8))
+    fig, axes = pyplot().subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.8))
     for ax, (key, label, fig_no) in zip(axes, metrics):
         means = [tab[v].get(key, (None, None, 0))[0] or 0 for v in order]
         cis = [tab[v].get(key, (None, None, 0))[1] or 0 for v in order]
@@ -98,7 +98,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                          "The four set-ups side by side: mean over repetitions (95% interval where there are "
                          "several)."))
 
-    fig, ax = plt.subplots(figsize=(9, 3.8))
+    fig, ax = pyplot().subplots(figsize=(9, 3.8))
     for i, v in enumerate(order):
         r = next((r for r in rows if (r.params.get("variant") or r.params.get("pep")) == v and r.status in MEASURED),
                  None)

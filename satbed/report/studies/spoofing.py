@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from analysis.figures import plt
+from analysis.figures import pyplot
 from satbed.core.files import jsonl_records
 from satbed.results.store import MEASURED, CellRow
 
@@ -189,7 +189,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                      "figures are today's. `satbed study-page` sets them side by side.</p>")
 
     # Figure 5: throughput vs size, four curves, one panel per competing-flow count.
-    fig, axes = plt.subplots(1, len(flows), figsize=(5 * len(flows), 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(flows), figsize=(5 * len(flows), 4), squeeze=False)
     for ax, n in zip(axes[0], flows):
         for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
             for who, colour in (("regular", "#1f77b4"), ("spoofed", "#d62728")):
@@ -214,7 +214,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                          "sends its last ACK (one clock: the captures on h1's and h5's ports)."))
 
     # Figure 6: percent difference vs size (sender and receiver), per flow count.
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     for i, n in enumerate(flows):
         for view, style in (("sender_bps", "-"), ("receiver_bps", "--")):
             ys = [tab.get((s, n), {}).get(view, {}).get("pct") for s in sizes]
@@ -233,7 +233,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                          "positive: the spoofer helped."))
 
     # Figure 8: dropped data packets of the main flow vs size.
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = pyplot().subplots(figsize=(7, 4))
     for i, n in enumerate(flows):
         for who, style in (("regular", "--"), ("spoofed", "-")):
             ys = [tab.get((s, n), {}).get("drops", {}).get(who) for s in sizes]
@@ -251,7 +251,7 @@ def page(out: str, rows: list[CellRow]) -> list[str]:
                          "retransmissions, plus the spoofer's on the satellite leg when spoofed."))
 
     # Figures 9/10: gain vs competing flows, per size.
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for ax, view, title in ((axes[0], "sender_bps", "sender side (Figure 10)"),
                             (axes[1], "receiver_bps", "receiver side (Figure 9)")):
         for i, s in enumerate(sizes):
@@ -298,7 +298,7 @@ def _buffer_figure(out: str, rows: list[CellRow], flows: list[int]) -> str:
     if not spoofed:
         return ""
     largest = max(int(r.params["size"]) for r in spoofed)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     drawn = 0
     for i, n in enumerate(flows):
         pick = sorted((r for r in spoofed if int(r.params["size"]) == largest
@@ -309,7 +309,7 @@ def _buffer_figure(out: str, rows: list[CellRow], flows: list[int]) -> str:
                     label=f"{n} competing flow(s)")
             drawn += 1
     if not drawn:
-        plt.close(fig)
+        pyplot().close(fig)
         return ""
     ax.set_xlabel("time since the spoofer's first sample of the transfer (s)")
     ax.set_ylabel("bytes held by the spoofer (KB)")
