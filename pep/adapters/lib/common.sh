@@ -27,17 +27,38 @@ opt_get() {
 
 # proc_alive PID: true if PID runs. A daemon whose starter has exited is
 # reaped by whatever adopted it, possibly late; a zombie counts as gone.
+# Builtins only (read, parameter expansion): the health verbs run every two
+# seconds of a transfer, and each process started costs milliseconds.
 proc_alive() {
 	kill -0 "$1" 2>/dev/null || return 1
-	_st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null)
-	[ "$_st" != Z ]
+	# The state follows the command name's closing parenthesis (the last one).
+	_st=
+	read -r _st 2>/dev/null <"/proc/$1/stat" || [ -n "$_st" ] || return 1
+	_st=${_st##*) }
+	[ "${_st%% *}" != Z ]
 }
 
-# pid_alive PIDFILE: true if the pid recorded in PIDFILE is running.
+# pid_alive PIDFILE: true if the pid recorded in PIDFILE is running; the pid
+# is left in $_pid.
 pid_alive() {
 	[ -s "$1" ] || return 1
-	_pid=$(cat "$1")
+	_pid=
+	read -r _pid <"$1" || [ -n "$_pid" ]
 	[ -n "$_pid" ] && proc_alive "$_pid"
+}
+
+# read_file FILE: the whole file into $_text, lines joined (builtins only).
+read_file() {
+	_text=
+	while IFS= read -r _line || [ -n "$_line" ]; do
+		_text=$_text$_line
+	done <"$1"
+}
+
+# json_int KEY: the integer after "KEY": in $_text, in $_int ('' if absent).
+json_int() {
+	_int=${_text#*\"$1\":}
+	[ "$_int" = "$_text" ] && _int= || _int=${_int%%[!0-9]*}
 }
 
 # nap: a short sleep where fractional seconds are supported.
