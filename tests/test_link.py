@@ -33,7 +33,12 @@ def test_check_link_reports_rate_rtt_and_per_beside_configuration():
     assert out["emulator"] == "userspace"
     assert out["configured"] == {"rate_bps": 8000000, "rtt_ms": 200.0, "ber": 1e-5}
     assert abs(out["udp_wire_error"]) < 0.03
-    assert 199 < out["rtt_ms_avg"] < 215
+    # The emulator never delivers early, and a loaded machine delays a few
+    # echoes by tens of milliseconds: the least and the median are the
+    # link's, the mean is partly the machine's (244 ms once under three
+    # xdist workers). A link 5 ms slow fails the median.
+    idle = out["rtt_idle"]
+    assert 199 < idle["rtt_ms_min"] <= idle["rtt_ms_p50"] < 205, idle
     for size, per in out["per"].items():
         # Three standard errors: a broken BER stage misses by far more.
         lo, hi = per["ci95"]
