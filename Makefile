@@ -80,10 +80,11 @@ experiment: build
 # test: everything once, testbeds shared per module, WORKERS xdist workers, the
 # longest units first (--dist loadgroup); `serial` tests (satbed clean) take turns.
 PYTEST := $(PY) -m pytest -q -rfEs --durations=10
-# xdist workers for `make test`. On 2 cores three and four were no faster
-# than two (21.6 and 19.3 min against 20.9, the cores busy 80-100 %) and
-# timing checks failed under the load (docs/guide/tests.md).
-WORKERS ?= 2
+# xdist workers for `make test`. Three: with two, the cores were busy about
+# 55 % of a run (tests wait on satellite delays, time limits and container
+# starts); three gave 14 min 52 s of pytest against 19 min 59 s (2026-11-28,
+# docs/guide/tests.md). Four loaded the cores past what timing checks bear.
+WORKERS ?= 3
 
 # The Go tests (-short: seconds, mostly waiting) run beside pytest, which
 # keeps both cores busy; their output follows pytest's.
