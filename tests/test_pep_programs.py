@@ -14,12 +14,14 @@ SATBED_PEPSAL_BIN / SATBED_SCPS_BIN pointing at real builds
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import resource
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -293,6 +295,103 @@ def test_pepd_health_names_stale_stats(tmp_path):
         cp = adapter("pepd", "health", tmp_path)
         daemon.kill()
     assert cp.returncode == 1 and re.fullmatch(r"pepd stats stale \((30|31)s old\); daemon stuck\?", cp.stdout.strip()), cp
+
+
+@contextlib.contextmanager
+def netns(name: str):
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
+    try:
+        yield lambda *cmd: subprocess.run(["ip", "netns", "exec", name, *cmd], check=True, timeout=30)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], timeout=30)
+
+
+def health_in(ns: str, name: str, state, tools) -> subprocess.CompletedProcess:
+    """An adapter's health in network namespace ns (ip netns exec mounts its
+    sysfs), with only the programs in tools on PATH."""
+    env = {"PATH": str(tools), "SATBED_PEP_LAN": "lan0", "SATBED_PEP_WAN": "wan0", "SATBED_PEP_BRIDGE": "br0",
+           "SATBED_STATE_DIR": str(state)}
+    return subprocess.run([shutil.which("ip"), "netns", "exec", ns, os.path.join(ADAPTERS, name), "health"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+@needs_root
+@pytest.mark.parametrize("case,exit_status,says", [
+    ("healthy", 0, "pepsal healthy: pid {pid}, listening on 5000, connecting from 10.99.99.3/24"),
+    ("not listening", 1, "pepsal running (pid {pid}) but not listening on 5000"),
+    ("rules gone", 1, "pepsal running but its interception rules are gone"),
+    ("dead", 1, "pepsal not running"),
+])
+def test_pepsal_health_starts_nothing_but_nft(tmp_path, case, exit_status, says):
+    """Like pepd's: PEPsal's health, asked every 2 s, reads the listener from
+    /proc/net/tcp itself; nft, which it needs for the rules, is all it may
+    start."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    os.symlink(shutil.which("nft"), tools / "nft")
+    (tmp_path / "pepsal.addr").write_text("10.99.99.3/24\n")
+    listen = "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 5000)); s.listen(); time.sleep(60)"
+    ns = f"sbh-pepsal-{os.getpid()}"
+    with netns(ns) as run:
+        if case != "rules gone":
+            run("nft", "add", "table", "ip", "satbed_pep")
+        program = ["sleep", "60"] if case == "not listening" else ["/usr/bin/python3", "-c", listen]
+        daemon = subprocess.Popen(["ip", "netns", "exec", ns, *program])
+        try:
+            if case == "dead":
+                daemon.kill()
+                daemon.wait()
+            elif case != "not listening":
+                for _ in range(100):  # until the listener is up
+                    if b":1388 00000000:0000 0A" in subprocess.run(
+                            ["ip", "netns", "exec", ns, "cat", "/proc/net/tcp"], capture_output=True).stdout:
+                        break
+                    time.sleep(0.05)
+            (tmp_path / "pepsal.pid").write_text(f"{daemon.pid}\n")
+            cp = health_in(ns, "pepsal", tmp_path, tools)
+        finally:
+            daemon.kill()
+            daemon.wait()
+    assert (cp.returncode, cp.stdout.strip(), cp.stderr) == (exit_status, says.format(pid=daemon.pid), "")
+
+
+@needs_root
+@needs_tun
+@pytest.mark.parametrize("case,exit_status,says", [
+    ("healthy", 0, "SCPS gateway healthy: pid {pid}, bridges aif (lan0) and bif (wan0) up"),
+    ("bridge down", 1, "SCPS gateway running (pid {pid}) but its bridges aif/bif are not intact"),
+    ("port unbridged", 1, "SCPS gateway running (pid {pid}) but its bridges aif/bif are not intact"),
+    ("no tap", 1, "SCPS gateway running (pid {pid}) but its bridges aif/bif are not intact"),
+    ("dead", 1, "SCPS gateway not running"),
+])
+def test_scps_health_starts_no_program(tmp_path, case, exit_status, says):
+    """The SCPS gateway's health, asked every 2 s, reads its bridges, their
+    ports and flags from sysfs with shell builtins: with nothing on PATH it
+    still tells a built bridge pair from a broken one."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    if case == "dead":  # a gateway that is gone may cost a grep of its log for why
+        os.symlink(shutil.which("grep"), tools / "grep")
+    ns = f"sbh-scps-{os.getpid()}"
+    with netns(ns) as run:
+        for bridge, port, tap in (("aif", "lan0", "tapa"), ("bif", "wan0", "tapb")):
+            run("ip", "link", "add", bridge, "type", "bridge")
+            run("ip", "link", "add", port, "type", "veth", "peer", "name", port + "p")
+            if not (case == "no tap" and bridge == "bif"):
+                run("ip", "tuntap", "add", "dev", tap, "mode", "tap")
+                run("ip", "link", "set", tap, "master", bridge)
+            if not (case == "port unbridged" and bridge == "aif"):
+                run("ip", "link", "set", port, "master", bridge)
+            if not (case == "bridge down" and bridge == "bif"):
+                run("ip", "link", "set", bridge, "up")
+        with subprocess.Popen(["sleep", "60"]) as daemon:
+            if case == "dead":
+                daemon.kill()
+                daemon.wait()
+            (tmp_path / "scps.pid").write_text(f"{daemon.pid}\n")
+            cp = health_in(ns, "scps", tmp_path, tools)
+            daemon.kill()
+    assert (cp.returncode, cp.stdout.strip(), cp.stderr) == (exit_status, says.format(pid=daemon.pid), "")
 
 
 def test_pepnodes_available_asks_the_adapter_with_the_contract_minimum(tmp_path, monkeypatch):
