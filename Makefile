@@ -69,10 +69,13 @@ images: build
 # userspace emulator (tc where the kernel has netem) and pepd; resumable.
 # REPETITIONS=N runs each combination N times instead of the file's 3 (README);
 # the cells are the same ones, so a later run without it adds only the rest.
+# JOBS=N runs N cells at once instead of as many as the cores carry (by each
+# cell's modelled cost, held back while the machine is busy with other work).
 REPETITIONS ?=
+JOBS ?=
 experiment: build
 	@# The report is written whatever the cells came to; make fails when a cell did.
-	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick $(if $(REPETITIONS),--repetitions $(REPETITIONS)); rc=$$?; \
+	@$(PY) -m satbed matrix experiments/quick.yaml --out runs/quick$(if $(REPETITIONS), --repetitions $(REPETITIONS))$(if $(JOBS), --jobs $(JOBS)); rc=$$?; \
 	  [ $$rc -eq 130 ] && exit $$rc; \
 	  echo "report: $$($(PY) -m satbed report runs/quick)"; exit $$rc
 
