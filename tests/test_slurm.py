@@ -143,6 +143,51 @@ def test_a_requeued_task_clears_what_its_lost_attempt_left(tmp_path):
         slurm.prepare_task(str(tmp_path / "array"), {**env, "SLURM_ARRAY_TASK_ID": "1"})
 
 
+class _CancelledMidCell(slurm.SlurmExecutor):
+    """A cluster whose tasks run until scancel, which, as Slurm does, signals
+    every process of each task: `as_cancelled` is what each cell then wrote
+    as its exit status (None: nothing)."""
+
+    def __init__(self, dirs: list[str], as_cancelled: list[str | None]):
+        super().__init__(poll_s=0.01)
+        object.__setattr__(self, "scene", {"dirs": dirs, "as_cancelled": as_cancelled, "cancelled": False})
+
+    def states(self, job):
+        state = "CANCELLED" if self.scene["cancelled"] else "RUNNING"
+        return {i: (state, "node1") for i in range(len(self.scene["dirs"]))}
+
+    def cancel(self, job):
+        self.scene["cancelled"] = True
+        for d, rc in zip(self.scene["dirs"], self.scene["as_cancelled"]):
+            if rc is not None:
+                with open(os.path.join(d, slurm.EXIT_FILE), "w", encoding="ascii") as f:
+                    f.write(rc + "\n")
+
+
+def test_ctrl_c_records_what_the_cancel_ended_as_interrupted(tmp_path):
+    """A cell that writes a failure as the cancel kills its transfer was
+    stopped, not failed (a resumed matrix runs it again); one that finished
+    before the Ctrl-C, or finishes in success meanwhile, keeps its result."""
+    dirs = [str(tmp_path / str(i)) for i in range(4)]
+    for d in dirs:
+        os.makedirs(d)
+    executor = _CancelledMidCell(dirs, ["1", None, "0", None])
+    recorded = {}
+
+    def record(cell, started, cell_dir, rc, why):
+        recorded[cell] = (rc, why)
+
+    def ctrl_c():
+        # Cell 3 fails after the poll looked and before the Ctrl-C.
+        with open(os.path.join(dirs[3], slurm.EXIT_FILE), "w", encoding="ascii") as f:
+            f.write("1\n")
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        executor.wait("7", [slurm.Task(f"cell{i}", d) for i, d in enumerate(dirs)], record, ctrl_c)
+    assert recorded == {"cell0": (None, "interrupted"), "cell1": (None, "interrupted"), "cell2": (0, None),
+                        "cell3": (1, None)}
+
+
 @needs_root
 def test_a_matrix_spreads_over_the_nodes_records_them_and_resumes(slurm_cluster):
     exp = _experiment(slurm_cluster, SMALL, "small")

@@ -179,14 +179,20 @@ class SlurmExecutor:
                 if left:
                     time.sleep(self.poll_s)
         except BaseException:
+            ended_first = {i for i, t in left.items() if os.path.exists(os.path.join(t.cell_dir, EXIT_FILE))}
             self.cancel(job)
             deadline = time.monotonic() + CANCEL_WAIT_S
             while time.monotonic() < deadline and any(s not in ENDED for s, _ in self.states(job).values()):
                 time.sleep(1)
-            for t in left.values():
-                done = os.path.exists(os.path.join(t.cell_dir, EXIT_FILE))
-                record(t.cell, _started(t.cell_dir, submitted), t.cell_dir,
-                       read_exit(t.cell_dir) if done else None, None if done else "interrupted")
+            for i, t in left.items():
+                rc = read_exit(t.cell_dir) if os.path.exists(os.path.join(t.cell_dir, EXIT_FILE)) else None
+                # scancel signals every process of a task, so a cell under way may
+                # record a failed transfer before its worker sees the signal: what
+                # ended during the cancel, other than in success, the cancel ended.
+                if rc is not None and (i in ended_first or rc == 0):
+                    record(t.cell, _started(t.cell_dir, submitted), t.cell_dir, rc, None)
+                else:
+                    record(t.cell, _started(t.cell_dir, submitted), t.cell_dir, None, "interrupted")
             raise
 
 
