@@ -33,6 +33,7 @@ import yaml
 from satbed_testlib import REPO, images_lock, needs_root, satbed
 from satbed.backends import docker
 from satbed.backends.ansible import plan
+from satbed.backends.net import allow_in_namespaces
 from satbed.model.topology import load
 from satbed.results.metrics import run_metrics
 
@@ -66,7 +67,12 @@ def preset_sysctls(node: str, the_plan: dict) -> dict[str, str]:
         out.update({"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.send_redirects": "0",
                     "net.ipv4.conf.default.send_redirects": "0"})
     if spec["kind"] == "host":
-        out["net.ipv4.tcp_congestion_control"] = next(c for c in spec["congestion_control"] if c in _offered_cc())
+        cc = next(c for c in spec["congestion_control"] if c in _offered_cc())
+        # On a machine the role sets it in the root namespace; a container may
+        # only take one on the root namespace's allowed list, which on a kernel
+        # that defaults to bbr lacks cubic until something adds it.
+        allow_in_namespaces(cc)
+        out["net.ipv4.tcp_congestion_control"] = cc
         out.update(spec["sysctls"])
     return out
 

@@ -17,6 +17,7 @@ import pytest
 from satbed_testlib import REPO, images_lock, needs_root, satbed
 from satbed.backends import docker
 from satbed.core.errors import SatbedError
+from satbed.core.proc import cli_reason
 
 DOCKER_MISSING = docker.available()
 needs_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
@@ -222,6 +223,8 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     assert tb["backend"] == "docker"
     assert tb["nodes"]["pepA"]["image"] == "satbed/pep-pepd:latest"
     assert all(v["id"].startswith("sha256:") for v in tb["images"].values())
+    with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
+        assert json.load(f)["tcp_congestion_control"] == {n: "cubic" for n in ("clientA", "clientB", "pepA", "pepB")}
     with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
         result = json.load(f)
     assert result["pep"]["connections_split"] >= 1
@@ -307,6 +310,29 @@ def test_pep_check_passes(images, fixture_image, image, no_leftovers):
     assert cp.stdout.strip().splitlines()[-1] == f"PASS {image}"
     split = [ln for ln in cp.stdout.splitlines() if "splitting" in ln][0]
     assert ("end to end" in split) == image.startswith("satbed/pep-none")
+
+
+@pytest.mark.parametrize("stderr, reason", [
+    # Docker 20.10's CLI
+    ("Unable to find image 'x:0' locally\ndocker: Error response from daemon: No such image: x:0.\n"
+     "See 'docker run --help'.\n", "docker: Error response from daemon: No such image: x:0."),
+    # newer CLIs
+    ("docker: Error response from daemon: Conflict. The container name \"/sb1-a\" is already in use.\n\n"
+     "Run 'docker run --help' for more information\n",
+     'docker: Error response from daemon: Conflict. The container name "/sb1-a" is already in use.'),
+    ("Error: No such container: sb1-a\n", "Error: No such container: sb1-a"),
+    ("", ""),
+])
+def test_a_docker_failure_says_the_clis_reason_not_its_help_pointer(stderr, reason):
+    assert cli_reason(stderr) == reason
+
+
+@needs_root
+@needs_docker
+def test_a_failed_docker_run_says_why():
+    with pytest.raises(SatbedError) as e:
+        docker.docker("run", "-d", "--pull", "never", "satbed-test/no-such-image:0", "true", timeout=60)
+    assert "No such image" in str(e.value) and "--help" not in str(e.value), str(e.value)
 
 
 @needs_root

@@ -168,5 +168,6 @@ def test_leo_ping_follows_the_profile_through_a_handover(tmp_path):
     assert before - after > 0.7, echoes
     with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
         env = json.load(f)
-    # The congestion control each host's profile set, not the one before it.
-    assert env["tcp_congestion_control"] == {"ut": "bbr", "server": "cubic"}
+    # The congestion control each host's profile set, not the one before it;
+    # the PEP nodes' stock one, not this machine's default.
+    assert env["tcp_congestion_control"] == {"ut": "bbr", "server": "cubic", "pepT": "cubic", "pepG": "cubic"}

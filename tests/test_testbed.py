@@ -68,6 +68,10 @@ def test_ping_run_writes_result(tmp_path):
         assert os.path.getsize(os.path.join(run_dir, name)) > 100
     env = json.load(open(os.path.join(run_dir, "environment.json")))
     assert env["kernel"]["release"] and env["git"]["commit"]
+    # Every node whose sockets carry a transfer runs cubic, whatever this
+    # machine's kernel defaults to (some default to bbr, which a new namespace
+    # inherits): what each node read back, recorded.
+    assert env["tcp_congestion_control"] == {"clientA": "cubic", "clientB": "cubic", "pepA": "cubic", "pepB": "cubic"}
     assert all(s["tcp-segmentation-offload"] == "off" for s in env["offloads"].values())
     # UDP segmentation too: Saratoga's segmented batches are cut at the sender's port.
     assert all(s["tx-udp-segmentation"] == "off" for s in env["offloads"].values())

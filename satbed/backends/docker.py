@@ -48,7 +48,7 @@ from satbed.backends import records
 from satbed.backends.mounts import node_mounts
 from satbed.core.errors import SatbedError, error_line, one_line_errors
 from satbed.backends.net import Backend, Sandbox
-from satbed.core.proc import REPO_ROOT, last_line
+from satbed.core.proc import REPO_ROOT, cli_reason, last_line
 from satbed.core.proc import run as proc_run
 from satbed.core.settings import Settings
 
@@ -127,7 +127,7 @@ def docker(*args: str, timeout: float = 120, check: bool = True, input: str | No
     except subprocess.TimeoutExpired:
         raise SatbedError(f"docker {args[0]} timed out after {timeout:g}s") from None
     if check and cp.returncode != 0:
-        raise SatbedError(f"docker {' '.join(args[:2])} failed: {last_line(cp.stderr or cp.stdout)}")
+        raise SatbedError(f"docker {' '.join(args[:2])} failed: {cli_reason(cp.stderr or cp.stdout)}")
     return cp
 
 
@@ -318,7 +318,7 @@ def build_images(names: list[str] | None = None, log=print, force: bool = False)
                     cmd += ["--build-arg", f"{k}={v}"]
                 cp = docker(*cmd, ctx, timeout=3600, check=False, env=env)
                 if cp.returncode != 0:
-                    raise SatbedError(f"building {tag} failed: {last_line(cp.stderr or cp.stdout)}")
+                    raise SatbedError(f"building {tag} failed: {cli_reason(cp.stderr or cp.stdout)}")
                 log(f"{tag}: built in {time.monotonic() - started:.0f} s")
         docker("tag", tag, f"{s.repo}:latest")
         built[s.name] = tag

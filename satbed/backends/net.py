@@ -195,6 +195,20 @@ class Node:
             raise SatbedError(f"{self.name}: cannot set {key}={value}: {last_line(cp.stderr)}")
         return cp.returncode == 0
 
+    def set_tcp_cc(self, wanted: str) -> str:
+        """Set this node's default TCP congestion control; cubic where the
+        kernel lacks the one wanted. Set on every node whose sockets carry the
+        transfer, so none inherits the machine's own default (a new network
+        namespace starts with the root namespace's, bbr on some kernels).
+        Returns what is in force, for the run record."""
+        available = _read_proc("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
+        for cc in (wanted, "cubic"):
+            if cc and cc in available:
+                allow_in_namespaces(cc)
+                if self.sysctl("net.ipv4.tcp_congestion_control", cc, must=False):
+                    break
+        return self.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
+
     def add_intf(self, port: str, name: str) -> Intf:
         intf = Intf(self, port, name)
         self.intfs[port] = intf
@@ -241,17 +255,6 @@ class Host(Node):
         puts its attributes on each)."""
         out = self.run(["ip", "-o", "route", "show"]).stdout
         return [line.strip() for line in out.splitlines() if line.strip()]
-
-    def set_tcp_cc(self, wanted: str) -> str:
-        """Set the host's TCP congestion control; fall back to cubic where the
-        kernel lacks it. Returns what is in force, for the run record."""
-        available = _read_proc("/proc/sys/net/ipv4/tcp_available_congestion_control").split()
-        for cc in (wanted, "cubic"):
-            if cc and cc in available:
-                allow_in_namespaces(cc)
-                if self.sysctl("net.ipv4.tcp_congestion_control", cc, must=False):
-                    break
-        return self.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
 
 
 def _read_proc(path: str) -> str:

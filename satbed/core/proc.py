@@ -4,6 +4,7 @@ with one clear line instead of a traceback."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from typing import Sequence
@@ -50,3 +51,15 @@ def run(args: Sequence[str], timeout: float = 30, check: bool = True,
 def last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+# A CLI may end a failure with a pointer to its help ("See 'docker run --help'."
+# or "Run 'docker run --help' for more information"), which says nothing of why.
+_HELP_POINTER = re.compile(r"^(See|Run) '[\w -]*--help'")
+
+
+def cli_reason(text: str) -> str:
+    """A command-line tool's own reason for a failure: its last line that is
+    not a pointer to its help."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip() and not _HELP_POINTER.match(ln.strip())]
+    return lines[-1] if lines else last_line(text)

@@ -124,6 +124,14 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     return doc
 
 
+def node_agreement(goodputs: dict[str, list[float]]) -> tuple[dict[str, float], float]:
+    """Each node's median goodput, and how far apart the two medians are, in
+    percent of the lower."""
+    medians = {n: statistics.median(g) for n, g in goodputs.items()}
+    low, high = min(medians.values()), max(medians.values())
+    return medians, 100 * (high - low) / low
+
+
 def node_fidelity(exp: Experiment, out: str, executor: SlurmExecutor, rounds: int = 3,
                   stream: TextIO = sys.stderr) -> dict:
     """The first cell on each of two nodes, `rounds` times (each round both
@@ -168,10 +176,10 @@ def node_fidelity(exp: Experiment, out: str, executor: SlurmExecutor, rounds: in
                                                             for n in nodes) + "\n")
         stream.flush()
     n1, n2 = nodes
-    m1, m2 = statistics.median(goodputs[n1]), statistics.median(goodputs[n2])
-    diff = 100 * abs(m1 - m2) / min(m1, m2)
+    medians, diff = node_agreement(goodputs)
+    m1, m2 = medians[n1], medians[n2]
     doc = {"cell": base.label(), "kind": "nodes", "rounds": rounds, "goodputs_bps": goodputs,
-           "nodes": {n1: m1, n2: m2}, "means_bps": {n: statistics.fmean(g) for n, g in goodputs.items()},
+           "nodes": medians, "means_bps": {n: statistics.fmean(g) for n, g in goodputs.items()},
            "ran_on": ran_on, "diff_pct": diff, "limit_pct": NODE_AGREEMENT_PCT,
            "agree": diff <= NODE_AGREEMENT_PCT, "dir": root}
     print(f"fidelity: {base.label()} on {n1} {human_bps(m1)}, on {n2} {human_bps(m2)} (medians of {rounds}): "
