@@ -91,13 +91,13 @@ class Testbed:
                 node.configure(spec.mtu)
             if isinstance(node, Host):
                 self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
-            elif isinstance(node, TransparentNode) and node.kind == "pep" and not node.sandbox.wired:
+            elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:
+                node.bridge()
+            if isinstance(node, TransparentNode) and node.kind == "pep" and not node.sandbox.wired:
                 # A PEP's sockets (PEPsal's, and pepd's without its cc option)
                 # take the node's default: the stock one, as on a PEP machine,
                 # not whatever this machine's kernel defaults to.
                 self.tcp_cc[name] = node.set_tcp_cc("")
-            elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:
-                node.bridge()
         for r in spec.routers.values():
             router = self.routers[r.name]
             for route in r.routes:
