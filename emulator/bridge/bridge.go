@@ -295,7 +295,7 @@ func (b *Bridge) txLoop(ctx context.Context, d *Dir, out Port) error {
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	sched := newTxSched(d.Name+" transmit", b.opts.RTPriority, b.opts.RTShare, b.opts.Warn, d)
 	sched.start(b.clock())
-	wait := waiter{nap: syscallNap, park: true}
+	wait := waiter{nap: syscallNap, park: parkOnTimer}
 	if napHoldingP(runtime.GOMAXPROCS(0)) {
 		wait = waiter{nap: rawNap}
 	}
@@ -456,8 +456,22 @@ func rawNap(d time.Duration) error {
 // thread naps the whole wait itself, at most napChunk at a time, and wakes
 // at its own real-time priority.
 type waiter struct {
-	nap  func(time.Duration) error
-	park bool
+	nap func(time.Duration) error
+	// park, where set, waits out all but the last parkMargin of a long
+	// wait (parkOnTimer); it reports false if ctx ended first.
+	park func(context.Context, time.Duration) bool
+}
+
+// parkOnTimer waits d on a Go timer, holding no thread.
+func parkOnTimer(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // napChunk is the longest nap of a waiter that does not park. A nap held
@@ -488,13 +502,9 @@ func sleepUntil(ctx context.Context, clock Clock, due, spin time.Duration, w wai
 			}
 			return true, t - now
 		}
-		if park := rem - spin - parkMargin; w.park && park > 0 {
-			t := time.NewTimer(park)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+		if park := rem - spin - parkMargin; w.park != nil && park > 0 {
+			if !w.park(ctx, park) {
 				return false, 0
-			case <-t.C:
 			}
 			continue
 		}
