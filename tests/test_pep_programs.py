@@ -62,13 +62,17 @@ def wrapper(tmp_path, name: str, program: str, **env: str) -> str:
     return str(path)
 
 
-def adapter(name: str, verb: str, tmp_path, private_netns: bool = False, **env) -> subprocess.CompletedProcess:
+def adapter(name: str, verb: str, tmp_path, private_netns: bool = False, netns: str | None = None,
+            **env) -> subprocess.CompletedProcess:
     """Run an adapter verb; private_netns: in a network namespace of its own
-    (a start that gets far must not touch the machine's)."""
+    (a start that gets far must not touch the machine's); netns: in that
+    named one (ip netns exec mounts its sysfs). env may narrow PATH: the
+    wrappers are found on the full one."""
     full = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SATBED_PEP_LAN": "lan0", "SATBED_PEP_WAN": "wan0",
             "SATBED_PEP_BRIDGE": "br0", "SATBED_STATE_DIR": str(tmp_path), "SATBED_RATE_BPS": "8000000",
             "SATBED_RTT_MS": "600", "SATBED_BER": "1e-5", "SATBED_PEP_ADDR": "10.99.99.3/24", **env}
-    prefix = ["unshare", "-n"] if private_netns else []
+    prefix = ([shutil.which("unshare"), "-n"] if private_netns else
+              [shutil.which("ip"), "netns", "exec", netns] if netns else [])
     return subprocess.run([*prefix, os.path.join(ADAPTERS, name), verb], capture_output=True, text=True,
                           env=full, timeout=60)
 
@@ -306,15 +310,6 @@ def netns(name: str):
         subprocess.run(["ip", "netns", "del", name], timeout=30)
 
 
-def health_in(ns: str, name: str, state, tools) -> subprocess.CompletedProcess:
-    """An adapter's health in network namespace ns (ip netns exec mounts its
-    sysfs), with only the programs in tools on PATH."""
-    env = {"PATH": str(tools), "SATBED_PEP_LAN": "lan0", "SATBED_PEP_WAN": "wan0", "SATBED_PEP_BRIDGE": "br0",
-           "SATBED_STATE_DIR": str(state)}
-    return subprocess.run([shutil.which("ip"), "netns", "exec", ns, os.path.join(ADAPTERS, name), "health"],
-                          capture_output=True, text=True, env=env, timeout=60)
-
-
 @needs_root
 @pytest.mark.parametrize("case,exit_status,says", [
     ("healthy", 0, "pepsal healthy: pid {pid}, listening on 5000, connecting from 10.99.99.3/24"),
@@ -348,7 +343,7 @@ def test_pepsal_health_starts_nothing_but_nft(tmp_path, case, exit_status, says)
                         break
                     time.sleep(0.05)
             (tmp_path / "pepsal.pid").write_text(f"{daemon.pid}\n")
-            cp = health_in(ns, "pepsal", tmp_path, tools)
+            cp = adapter("pepsal", "health", tmp_path, netns=ns, PATH=str(tools))
         finally:
             daemon.kill()
             daemon.wait()
@@ -389,7 +384,7 @@ def test_scps_health_starts_no_program(tmp_path, case, exit_status, says):
                 daemon.kill()
                 daemon.wait()
             (tmp_path / "scps.pid").write_text(f"{daemon.pid}\n")
-            cp = health_in(ns, "scps", tmp_path, tools)
+            cp = adapter("scps", "health", tmp_path, netns=ns, PATH=str(tools))
             daemon.kill()
     assert (cp.returncode, cp.stdout.strip(), cp.stderr) == (exit_status, says.format(pid=daemon.pid), "")
 
