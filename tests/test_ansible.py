@@ -67,12 +67,7 @@ def preset_sysctls(node: str, the_plan: dict) -> dict[str, str]:
         out.update({"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.send_redirects": "0",
                     "net.ipv4.conf.default.send_redirects": "0"})
     if spec["kind"] == "host":
-        cc = next(c for c in spec["congestion_control"] if c in _offered_cc())
-        # On a machine the role sets it in the root namespace; a container may
-        # only take one on the root namespace's allowed list, which on a kernel
-        # that defaults to bbr lacks cubic until something adds it.
-        allow_in_namespaces(cc)
-        out["net.ipv4.tcp_congestion_control"] = cc
+        out["net.ipv4.tcp_congestion_control"] = next(c for c in spec["congestion_control"] if c in _offered_cc())
         out.update(spec["sysctls"])
     return out
 
@@ -104,7 +99,13 @@ class Bed:
             args = ["run", "-d", "--name", name, "--hostname", node, "--label", LABEL,
                     "--network", self.network, "--cap-add", "NET_ADMIN",
                     "-v", f"{keys}:/root/.ssh/authorized_keys:ro", "-v", f"{self.runs_dir}:{self.runs_dir}"]
-            for k, v in preset_sysctls(node, the_plan).items():
+            sysctls = preset_sysctls(node, the_plan)
+            if "net.ipv4.tcp_congestion_control" in sysctls:
+                # On a machine the role sets it in the root namespace; a container
+                # may only take one on the root namespace's allowed list, which on
+                # a kernel that defaults to bbr lacks cubic until something adds it.
+                allow_in_namespaces(sysctls["net.ipv4.tcp_congestion_control"])
+            for k, v in sysctls.items():
                 args += ["--sysctl", f"{k}={v}"]
             args += ["--entrypoint", "/bin/sh", image, "-c",
                      "ssh-keygen -A >/dev/null && exec /usr/sbin/sshd -D -e"]

@@ -219,12 +219,12 @@ def test_scp_moves_a_file_intact_on_containers(images, tmp_path, no_leftovers):
     run_dir, summary = _result(cp.stdout)
     assert summary["integrity"] == "ok" and summary["bytes"] == 2 << 20
     with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
-        tb = json.load(f)["testbed"]
+        env = json.load(f)
+    tb = env["testbed"]
     assert tb["backend"] == "docker"
     assert tb["nodes"]["pepA"]["image"] == "satbed/pep-pepd:latest"
     assert all(v["id"].startswith("sha256:") for v in tb["images"].values())
-    with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
-        assert json.load(f)["tcp_congestion_control"] == {n: "cubic" for n in ("clientA", "clientB", "pepA", "pepB")}
+    assert env["tcp_congestion_control"] == {n: "cubic" for n in ("clientA", "clientB", "pepA", "pepB")}
     with open(os.path.join(run_dir, "result.json"), encoding="utf-8") as f:
         result = json.load(f)
     assert result["pep"]["connections_split"] >= 1
