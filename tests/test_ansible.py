@@ -364,6 +364,11 @@ def test_run_across_the_machines(bed):
     with open(os.path.join(run_dir, "environment.json"), encoding="utf-8") as f:
         env = json.load(f)
     assert env["testbed"]["backend"] == "ansible"
+    # The PEP machines keep their own default congestion control, recorded as
+    # each machine's kernel says it.
+    for pep in ("pepA", "pepB"):
+        in_force = bed.exec(pep, "sysctl", "-n", "net.ipv4.tcp_congestion_control").stdout.strip()
+        assert in_force and env["tcp_congestion_control"][pep] == in_force, env["tcp_congestion_control"]
     assert set(run_metrics(run_dir)["analysis"]) == {"lan_a", "wan_a", "wan_b", "lan_b"}
     # Nothing left running on the machines.
     for node in NICS:

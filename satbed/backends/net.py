@@ -207,6 +207,10 @@ class Node:
                 allow_in_namespaces(cc)
                 if self.sysctl("net.ipv4.tcp_congestion_control", cc, must=False):
                     break
+        return self.tcp_cc_in_force()
+
+    def tcp_cc_in_force(self) -> str:
+        """This node's default TCP congestion control, as its kernel says."""
         return self.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"]).stdout.strip()
 
     def add_intf(self, port: str, name: str) -> Intf:

@@ -93,11 +93,12 @@ class Testbed:
                 self.tcp_cc[name] = node.set_tcp_cc(spec.hosts[name].tcp_cc)
             elif isinstance(node, TransparentNode) and node.kind in bridge_kinds:
                 node.bridge()
-            if isinstance(node, TransparentNode) and node.kind == "pep" and not node.sandbox.wired:
+            if isinstance(node, TransparentNode) and node.kind == "pep":
                 # A PEP's sockets (PEPsal's, and pepd's without its cc option)
-                # take the node's default: the stock one, as on a PEP machine,
-                # not whatever this machine's kernel defaults to.
-                self.tcp_cc[name] = node.set_tcp_cc("")
+                # take the node's default. On a node satbed makes, the stock
+                # one, not whatever this machine's kernel defaults to; a lab's
+                # PEP machine keeps its own, which is recorded.
+                self.tcp_cc[name] = node.tcp_cc_in_force() if node.sandbox.wired else node.set_tcp_cc("")
         for r in spec.routers.values():
             router = self.routers[r.name]
             for route in r.routes:
