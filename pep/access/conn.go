@@ -21,6 +21,10 @@ type Sample struct {
 
 // Hooks receive a connection's events; any may be nil.
 type Hooks struct {
+	// Still runs measure while the relay moves no bytes between the LAN
+	// socket, its pipe and the WAN side (relay.Pair.Still), so a sample
+	// counts each byte once; nil measures as it goes.
+	Still  func(measure func())
 	Sample func(Sample)
 	Outage func(o Outage, started bool)
 }
@@ -72,6 +76,7 @@ type Conn struct {
 	budget    atomic.Int64 // bytes the relay may still read from the LAN socket before the next tick
 	inflight  atomic.Int64 // last grant: maybe not yet out of the LAN queue into the pipe (the relay asks again only after writing it)
 	high      atomic.Int64 // highest occupancy seen, bytes
+	wanHigh   atomic.Int64 // highest WAN side seen, bytes
 	occupancy atomic.Int64
 	reserving atomic.Bool
 	down      atomic.Bool
@@ -131,11 +136,19 @@ func (c *Conn) Run(done <-chan struct{}) {
 // step takes one sample and applies the decision; false when the sockets
 // are gone.
 func (c *Conn) step(now time.Time) (Sample, bool) {
-	inq, err := ioctlInt(c.lan, unix.SIOCINQ)
-	if err != nil {
-		return Sample{}, false
+	var inq int64
+	var ls LegState
+	var err error
+	measure := func() {
+		if inq, err = ioctlInt(c.lan, unix.SIOCINQ); err == nil {
+			ls, err = c.leg()
+		}
 	}
-	ls, err := c.leg()
+	if c.hooks.Still != nil {
+		c.hooks.Still(measure)
+	} else {
+		measure()
+	}
 	if err != nil {
 		return Sample{}, false
 	}
@@ -144,6 +157,9 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 	c.occupancy.Store(occ)
 	if occ > c.high.Load() {
 		c.high.Store(occ)
+	}
+	if wanSide > c.wanHigh.Load() {
+		c.wanHigh.Store(wanSide)
 	}
 	c.mu.Lock()
 	o, started, ended := c.det.Observe(ls.Acked, ls.Outstanding, now, c.cfg.StallAfter(ls.SRTT))
@@ -232,6 +248,7 @@ func (c *Conn) Allow(max int, closed <-chan struct{}) int {
 // seen; Reserving and Down the current states.
 func (c *Conn) Occupancy() int64 { return c.occupancy.Load() }
 func (c *Conn) High() int64      { return c.high.Load() }
+func (c *Conn) WanHigh() int64   { return c.wanHigh.Load() }
 func (c *Conn) Reserving() bool  { return c.reserving.Load() }
 func (c *Conn) Down() bool       { return c.down.Load() }
 

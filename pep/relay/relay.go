@@ -50,6 +50,10 @@ type Pair struct {
 	gate      Gate
 	gateFromA bool         // the gated direction reads A (else B)
 	pending   atomic.Int64 // bytes in the gated direction's pipe
+	// moving is held while the gated direction moves bytes between a
+	// socket and its pipe and counts them in pending, so Still sees each
+	// byte in exactly one place.
+	moving sync.Mutex
 }
 
 // Gate bounds one direction's reads (pepd's access-node buffer, package
@@ -68,6 +72,17 @@ func (p *Pair) SetGate(g Gate, fromA bool) {
 // Pending is the bytes the gated direction holds in its pipe: read from
 // its source, not yet written to its destination.
 func (p *Pair) Pending() int64 { return p.pending.Load() }
+
+// Still runs measure while the gated direction moves no bytes: each byte
+// it has read is then in exactly one of the source socket's queue, the
+// pipe (Pending) and the destination socket's queue. Measured between a
+// splice and its count, a pipe's worth showed in two places at once
+// (pepd's access buffer read 1.16 B at its high water on a busy host).
+func (p *Pair) Still(measure func()) {
+	p.moving.Lock()
+	defer p.moving.Unlock()
+	measure()
+}
 
 // NewPair prepares a relay between a and b using pipes from pool.
 func NewPair(a, b *net.TCPConn, pool *PipePool) *Pair {
@@ -194,11 +209,20 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64, gated bool) (readErr
 					return true
 				}
 			}
+			if gated {
+				p.moving.Lock()
+			}
 			for {
 				got, serr = unix.Splice(int(fd), nil, pipe.w, nil, max, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 				if serr != unix.EINTR {
 					break
 				}
+			}
+			if gated {
+				if got > 0 {
+					p.pending.Add(got)
+				}
+				p.moving.Unlock()
 			}
 			if serr == unix.EAGAIN {
 				// Source drained and the pipe is empty: give the pipe
@@ -218,20 +242,26 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64, gated bool) (readErr
 		if got == 0 {
 			return nil, nil
 		}
-		if gated {
-			p.pending.Add(got)
-		}
 		armed := false
 		for left := int(got); left > 0; {
 			var wrote int64
 			var werr error
 			blocked := false
 			err := dstRC.Write(func(fd uintptr) bool {
+				if gated {
+					p.moving.Lock()
+				}
 				for {
 					wrote, werr = unix.Splice(pipe.r, nil, int(fd), nil, left, unix.SPLICE_F_MOVE|unix.SPLICE_F_NONBLOCK)
 					if werr != unix.EINTR {
 						break
 					}
+				}
+				if gated {
+					if wrote > 0 {
+						p.pending.Add(-wrote)
+					}
+					p.moving.Unlock()
 				}
 				if werr == unix.EAGAIN && !armed {
 					blocked = true // leave to arm the probe deadline first
@@ -261,9 +291,6 @@ func (p *Pair) copy(src, dst *net.TCPConn, n *atomic.Int64, gated bool) (readErr
 			}
 			left -= int(wrote)
 			n.Add(wrote)
-			if gated {
-				p.pending.Add(-wrote)
-			}
 		}
 		if armed {
 			dst.SetWriteDeadline(time.Time{})

@@ -25,6 +25,7 @@ type accessState struct {
 	lastLatencyNs       atomic.Int64 // detection time - last ACK progress, latest outage
 	lastDownNs          atomic.Int64 // last ACK progress -> first progress after, latest recovered outage
 	highWater           atomic.Int64 // bytes, over all connections and time
+	wanHighWater        atomic.Int64 // of the WAN side alone
 
 	rateIDs atomic.Int64
 
@@ -65,7 +66,9 @@ func (s *Server) attachAccess(id uint64, e *entry, a, b *net.TCPConn) func() {
 		return func() {}
 	}
 	cfg := s.accessConfig()
-	ac := access.NewConn(cfg, lrc, access.TCPLeg(wrc, e.pair.Pending), s.accessHooks(id))
+	hooks := s.accessHooks(id)
+	hooks.Still = e.pair.Still
+	ac := access.NewConn(cfg, lrc, access.TCPLeg(wrc, e.pair.Pending), hooks)
 	e.acc = ac
 	if cfg.Enabled() {
 		e.pair.SetGate(ac, e.side.name == "lan")
@@ -177,6 +180,9 @@ func (s *Server) runAccess(ac *access.Conn) func() {
 		if h := ac.High(); h > s.access.highWater.Load() {
 			s.access.highWater.Store(h)
 		}
+		if h := ac.WanHigh(); h > s.access.wanHighWater.Load() {
+			s.access.wanHighWater.Store(h)
+		}
 	}
 }
 
@@ -225,10 +231,12 @@ func (s *Server) accessStats(snap *stats.Snapshot) {
 	snap.BufferPackets = cfg.Packets
 	snap.BufferLimitBytes = cfg.Limit()
 	snap.AckReserve = cfg.Reserve
-	high := s.access.highWater.Load()
+	snap.BufferWanCapBytes = cfg.Decide(0, 0, 0).WanCap
+	high, wanHigh := s.access.highWater.Load(), s.access.wanHighWater.Load()
 	count := func(ac *access.Conn) {
 		snap.BufferBytes += ac.Occupancy()
 		high = max(high, ac.High())
+		wanHigh = max(wanHigh, ac.WanHigh())
 		if ac.Reserving() {
 			snap.ConnectionsReserving++
 		}
@@ -249,6 +257,7 @@ func (s *Server) accessStats(snap *stats.Snapshot) {
 	}
 	s.access.mu.Unlock()
 	snap.BufferHighWaterBytes = high
+	snap.BufferWanHighWaterBytes = wanHigh
 	snap.OutagesDetected = s.access.detected.Load()
 	snap.OutagesRecovered = s.access.recovered.Load()
 	snap.LastDetectLatencyS = time.Duration(s.access.lastLatencyNs.Load()).Seconds()

@@ -58,13 +58,19 @@ type Snapshot struct {
 	AckReserve           float64 `json:"ack_reserve"`             // K (0: off)
 	BufferBytes          int64   `json:"buffer_bytes"`            // held now, all connections
 	BufferHighWaterBytes int64   `json:"buffer_high_water_bytes"` // most one connection held
-	ConnectionsReserving int64   `json:"connections_reserving"`   // holding ACKs now
-	ConnectionsWanDown   int64   `json:"connections_wan_down"`    // WAN leg in a detected outage now
-	OutagesDetected      int64   `json:"outages_detected"`        // WAN-leg stalls detected
-	OutagesRecovered     int64   `json:"outages_recovered"`       // and seen to end
-	LastDetectLatencyS   float64 `json:"last_detect_latency_s"`   // last ACK progress -> detection, latest outage
-	LastStallS           float64 `json:"last_stall_s"`            // last ACK progress -> first progress after, latest recovered outage
-	AccessFileErrors     int64   `json:"access_file_errors"`      // outages.jsonl / buffer.jsonl writes that failed
+	// The WAN side (relay pipe and WAN send queue, or the rate leg's
+	// unacknowledged data): pepd reads the LAN socket only while it holds
+	// less than BufferWanCapBytes (B less the LAN socket's share), so its
+	// high water stays within that; the rest of B is the kernel's.
+	BufferWanHighWaterBytes int64   `json:"buffer_wan_high_water_bytes"`
+	BufferWanCapBytes       int64   `json:"buffer_wan_cap_bytes"`
+	ConnectionsReserving    int64   `json:"connections_reserving"` // holding ACKs now
+	ConnectionsWanDown      int64   `json:"connections_wan_down"`  // WAN leg in a detected outage now
+	OutagesDetected         int64   `json:"outages_detected"`      // WAN-leg stalls detected
+	OutagesRecovered        int64   `json:"outages_recovered"`     // and seen to end
+	LastDetectLatencyS      float64 `json:"last_detect_latency_s"` // last ACK progress -> detection, latest outage
+	LastStallS              float64 `json:"last_stall_s"`          // last ACK progress -> first progress after, latest recovered outage
+	AccessFileErrors        int64   `json:"access_file_errors"`    // outages.jsonl / buffer.jsonl writes that failed
 	// WanRate is the rate-based WAN leg's state and counters (wan=rate),
 	// a wanrate.Stats.
 	WanRate any `json:"wan_rate,omitempty"`
@@ -95,8 +101,12 @@ func Sum(parts []Snapshot) Snapshot {
 		t.PipesInUse += p.PipesInUse
 		t.PipesUndersized += p.PipesUndersized
 		t.ConnectionLogDropped += p.ConnectionLogDropped
+		// The workers share one configuration of the buffer.
+		t.BufferPackets, t.BufferLimitBytes, t.AckReserve = max(t.BufferPackets, p.BufferPackets), max(t.BufferLimitBytes, p.BufferLimitBytes), max(t.AckReserve, p.AckReserve)
+		t.BufferWanCapBytes = max(t.BufferWanCapBytes, p.BufferWanCapBytes)
 		t.BufferBytes += p.BufferBytes
 		t.BufferHighWaterBytes = max(t.BufferHighWaterBytes, p.BufferHighWaterBytes)
+		t.BufferWanHighWaterBytes = max(t.BufferWanHighWaterBytes, p.BufferWanHighWaterBytes)
 		t.ConnectionsReserving += p.ConnectionsReserving
 		t.ConnectionsWanDown += p.ConnectionsWanDown
 		t.OutagesDetected += p.OutagesDetected

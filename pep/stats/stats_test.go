@@ -141,6 +141,10 @@ func TestSum(t *testing.T) {
 			{ConnectionsActive: 5100, ConnectionsSplit: 5100, BytesLanToWan: 20, BytesWanToLan: 2, ConnectionsHighWater: 5100, PipesInUse: 1, ConnectionsRefused: 4, Listening: true},
 		}, want: Snapshot{ConnectionsActive: 10000, ConnectionsSplit: 10100, BytesLanToWan: 30, BytesWanToLan: 3,
 			ConnectionsHighWater: 10050, PipesInUse: 3, ResetsPropagated: 1, ConnectionsRefused: 4, Listening: true}},
+		{name: "the buffer's configuration is shared, its high waters are the most any held", parts: []Snapshot{
+			{BufferPackets: 200, BufferLimitBytes: 289600, AckReserve: 0.8, BufferWanCapBytes: 217200, BufferBytes: 10, BufferHighWaterBytes: 300000, BufferWanHighWaterBytes: 200000},
+			{BufferPackets: 200, BufferLimitBytes: 289600, AckReserve: 0.8, BufferWanCapBytes: 217200, BufferBytes: 5, BufferHighWaterBytes: 290000, BufferWanHighWaterBytes: 217200},
+		}, want: Snapshot{BufferPackets: 200, BufferLimitBytes: 289600, AckReserve: 0.8, BufferWanCapBytes: 217200, BufferBytes: 15, BufferHighWaterBytes: 300000, BufferWanHighWaterBytes: 217200}},
 		{name: "all paused", parts: []Snapshot{{ConnectionsActive: 1}, {ConnectionsActive: 1}},
 			want: Snapshot{ConnectionsActive: 2}},
 	}
