@@ -15,7 +15,7 @@ import time
 import pytest
 
 from satbed_testlib import REPO, images_lock, needs_root, satbed
-from satbed.backends import docker
+from satbed.backends import docker, records
 from satbed.core.errors import SatbedError
 from satbed.core.proc import cli_reason
 
@@ -586,3 +586,29 @@ def test_cli_on_containers(images, no_leftovers):
     assert cp.returncode == 0, cp.stderr
     assert "2 received" in cp.stdout and "Seccomp:\t2" in cp.stdout, cp.stdout
     assert "unknown command or node: nosuch" in cp.stdout
+
+
+def test_clean_keeps_the_containers_of_a_run_that_starts_beside_it(tmp_path, monkeypatch):
+    """`satbed clean` beside a run that is starting: the run saves its record,
+    then makes its containers. Here the run starts while clean asks Docker for
+    the containers (the worst moment); its container must stay. The order of
+    clean's two reads decides it, so Docker's answer is scripted: no daemon
+    can be made to interleave a run between two of clean's calls."""
+    monkeypatch.setattr(records, "RECORD_DIR", str(tmp_path))
+    monkeypatch.setattr(docker, "available", lambda: None)
+    removed = []
+
+    def fake_docker(*args, **kwargs):
+        if args[0] == "ps":
+            # The run starts now: record first (its owner is this live
+            # process), then the container Docker lists.
+            records.RunRecord("sbabcd", os.getpid(), records.start_time(os.getpid()),
+                              containers=["sbabcd-pepB"]).save()
+            return subprocess.CompletedProcess(args, 0, "sbabcd-pepB sbabcd\nsb0dead-x sb0dea\n", "")
+        if args[0] == "rm":
+            removed.append(args[-1])
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(docker, "docker", fake_docker)
+    assert docker.clean_orphans() == ["sb0dead-x"]
+    assert removed == ["sb0dead-x"]

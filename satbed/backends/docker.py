@@ -562,13 +562,13 @@ def containers(prefix: str | None = None) -> list[str]:
 
 
 def clean_orphans() -> list[str]:
-    """Remove containers labelled by satbed whose run has no live record
-    (a run killed before its record listed them)."""
+    """Remove satbed's containers whose run has no live record (killed before its record named them)."""
     if available() is not None:
         return []
-    live = {r.prefix for r in records.load_all() if r.owner_alive()}
+    # Containers before records: a run saves its record before it makes a container.
     cp = docker("ps", "-a", "--filter", f"label={LABEL}.prefix",
                 "--format", f'{{{{.Names}}}} {{{{.Label "{LABEL}.prefix"}}}}', check=False, timeout=30)
+    live = {r.prefix for r in records.load_all() if r.owner_alive()}
     gone = []
     for line in cp.stdout.splitlines():
         name, _, prefix = line.partition(" ")
