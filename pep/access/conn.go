@@ -21,10 +21,12 @@ type Sample struct {
 
 // Hooks receive a connection's events; any may be nil.
 type Hooks struct {
-	// Still runs measure while the relay moves no bytes between the LAN
-	// socket, its pipe and the WAN side (relay.Pair.Still), so a sample
-	// counts each byte once; nil measures as it goes.
-	Still  func(measure func())
+	// Still runs f while the relay moves no bytes between the LAN socket,
+	// its pipe and the WAN side (relay.Pair.Still). Each tick measures and
+	// sets the budget under it, and Allow takes a grant under it, so a
+	// sample counts each byte once and no grant outlives the budget it was
+	// taken from; nil runs f as it comes.
+	Still  func(f func())
 	Sample func(Sample)
 	Outage func(o Outage, started bool)
 }
@@ -135,22 +137,36 @@ func (c *Conn) Run(done <-chan struct{}) {
 
 // step takes one sample and applies the decision; false when the sockets
 // are gone.
-func (c *Conn) step(now time.Time) (Sample, bool) {
-	var inq int64
-	var ls LegState
-	var err error
-	measure := func() {
-		if inq, err = ioctlInt(c.lan, unix.SIOCINQ); err == nil {
-			ls, err = c.leg()
-		}
+func (c *Conn) step(now time.Time) (s Sample, ok bool) {
+	var o Outage
+	var started, ended bool
+	// Measured and decided while the relay neither moves bytes nor takes a
+	// grant: a budget computed from a measurement the relay has moved on
+	// from lets the WAN side pass its cap.
+	c.still(func() { s, o, started, ended, ok = c.measureAndDecide(now) })
+	if ok && (started || ended) && c.hooks.Outage != nil {
+		c.hooks.Outage(o, started)
 	}
+	return s, ok
+}
+
+// still runs f while the relay moves no bytes (Hooks.Still).
+func (c *Conn) still(f func()) {
 	if c.hooks.Still != nil {
-		c.hooks.Still(measure)
+		c.hooks.Still(f)
 	} else {
-		measure()
+		f()
 	}
+}
+
+func (c *Conn) measureAndDecide(now time.Time) (Sample, Outage, bool, bool, bool) {
+	inq, err := ioctlInt(c.lan, unix.SIOCINQ)
 	if err != nil {
-		return Sample{}, false
+		return Sample{}, Outage{}, false, false, false
+	}
+	ls, err := c.leg()
+	if err != nil {
+		return Sample{}, Outage{}, false, false, false
 	}
 	wanSide := ls.Held
 	occ := inq + wanSide
@@ -185,10 +201,7 @@ func (c *Conn) step(now time.Time) (Sample, bool) {
 			c.budget.Store(0)
 		}
 	}
-	if (started || ended) && c.hooks.Outage != nil {
-		c.hooks.Outage(o, started)
-	}
-	return Sample{Time: now, Inq: inq, WanSide: wanSide, Reserving: d.Reserving, Down: c.down.Load()}, true
+	return Sample{Time: now, Inq: inq, WanSide: wanSide, Reserving: d.Reserving, Down: c.down.Load()}, o, started, ended, true
 }
 
 // Allow is the relay's gate for the LAN->WAN direction: it returns how
@@ -237,10 +250,18 @@ func (c *Conn) Allow(max int, closed <-chan struct{}) int {
 				return max // EOF or error: the read reports it
 			}
 		}
-		n := min(int64(max), b, inq)
-		c.budget.Add(-n)
-		c.inflight.Store(n)
-		return int(n)
+		// The budget as it is now, not as it was before the wait: a tick
+		// may have lowered it meanwhile.
+		var n int64
+		c.still(func() {
+			if n = min(int64(max), c.budget.Load(), inq); n > 0 {
+				c.budget.Add(-n)
+				c.inflight.Store(n)
+			}
+		})
+		if n > 0 {
+			return int(n)
+		}
 	}
 }
 

@@ -110,7 +110,17 @@ func (s *Server) attachAccessRate(lan *net.TCPConn, leg rateLeg) func() {
 	}
 	id := rateIDBase + uint64(s.access.rateIDs.Add(1))
 	cfg := s.accessConfig()
-	ac := access.NewConn(cfg, lrc, state, s.accessHooks(id))
+	// No relay pipe here (the stream counts what it reads as it reads it,
+	// and a grant not yet read stays counted), but the monitor's budget and
+	// the stream's grants still take turns.
+	var turn sync.Mutex
+	hooks := s.accessHooks(id)
+	hooks.Still = func(f func()) {
+		turn.Lock()
+		defer turn.Unlock()
+		f()
+	}
+	ac := access.NewConn(cfg, lrc, state, hooks)
 	if cfg.Enabled() {
 		leg.SetGate(ac.Allow)
 	}
