@@ -11,7 +11,11 @@ have exited too. Each process in the group is read every --interval seconds
 or for Python the satbed part it runs (the CLI, a matrix cell's worker).
 Processes that live shorter than the interval are missed by the samples;
 the difference between the group's total and the samples' sum says how much
-that was. Root only (the group is made under /sys/fs/cgroup). Exit status:
+that was. The machine's own busy time over the command (/proc/stat: all but
+idle, iowait and steal) is printed beside it: work done in interrupt context
+(timers, packets received while a core idled) is charged to no control
+group, so on an otherwise quiet machine the machine's figure is the cell's
+whole cost. Root only (the group is made under /sys/fs/cgroup). Exit status:
 the command's; 2 for bad usage or no control group to make."""
 
 from __future__ import annotations
@@ -98,6 +102,14 @@ def cpu_of(pid: int) -> tuple[float, float] | None:
     return int(fields[11]) / HZ, int(fields[12]) / HZ
 
 
+def machine_times() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ, v[7] / HZ
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--interval", type=float, default=0.2, help="seconds between samples (default 0.2)")
@@ -114,6 +126,7 @@ def main(argv: list[str]) -> int:
         return 2
     seen: dict[int, tuple[str, float, float]] = {}
     started = time.monotonic()
+    busy0, steal0 = machine_times()
     try:
         # The child joins the group before it executes the command.
         proc = subprocess.Popen(command, preexec_fn=lambda: _join(group.path))
@@ -130,6 +143,7 @@ def main(argv: list[str]) -> int:
             proc.wait()
         wall = time.monotonic() - started
         total = group.cpu_s()
+        busy1, steal1 = machine_times()
     finally:
         group.remove()
     table: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
@@ -141,6 +155,9 @@ def main(argv: list[str]) -> int:
     sampled = sum(u + s for u, s, _ in table.values())
     print(f"wall {wall:.1f} s; CPU {total:.2f} s in all, {sampled:.2f} s in the samples "
           f"({total - sampled:.2f} s in processes shorter than {args.interval:g} s)")
+    own = os.times()
+    print(f"the machine: {busy1 - busy0:.2f} CPU s busy, {steal1 - steal0:.2f} s stolen, "
+          f"over {os.cpu_count()} cores; this sampler's own share {own.user + own.system:.2f} s")
     print(f"{'CPU s':>8} {'user':>7} {'system':>7} {'procs':>5}  process")
     for name, (user, system, n) in sorted(table.items(), key=lambda kv: -(kv[1][0] + kv[1][1])):
         print(f"{user + system:8.2f} {user:7.2f} {system:7.2f} {int(n):5d}  {name}")

@@ -40,6 +40,20 @@ type Params struct {
 	Profile          *Profile
 }
 
+// HighestRate is the fastest the link is configured to send, its
+// profile's steps included (ceil over rate); 0 when it is unshaped at any
+// time. Live changes through the control socket are not foreseen.
+func (p Params) HighestRate() float64 {
+	if p.RateBps == 0 {
+		return 0
+	}
+	top := max(p.RateBps, p.CeilBps)
+	if r, ok := p.Profile.MaxRate(); ok {
+		top = max(top, r)
+	}
+	return top
+}
+
 // Verdict is the fate of one arriving frame.
 type Verdict struct {
 	Cause  Cause

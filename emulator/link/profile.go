@@ -88,6 +88,19 @@ func (p *Profile) Rate(t time.Duration) (float64, bool) {
 	return p.rate.at(t)
 }
 
+// MaxRate is the highest rate the profile sets (every one is above 0), if
+// it sets any.
+func (p *Profile) MaxRate() (float64, bool) {
+	if p == nil || len(p.rate) == 0 {
+		return 0, false
+	}
+	top := 0.0
+	for _, s := range p.rate {
+		top = max(top, s.v)
+	}
+	return top, true
+}
+
 // Up reports whether the profile has the link up at t (true when no point
 // has set "up" yet).
 func (p *Profile) Up(t time.Duration) bool {

@@ -12,6 +12,9 @@ from satbed.model.experiment import Cell
 
 CPU_SHARE = 0.8      # of the cores, for cells; the rest for the parent and testbed setups
 CELL_MEMORY = 300 << 20
+# A cell modelled above this many cores may need more than one, so it is
+# not pinned to one (CorePlacement).
+PIN_MAX_COST = 0.5
 
 
 def host_info() -> dict:
@@ -118,3 +121,33 @@ class Admission:
             now, _ = running.pop(0)
         return now
 
+
+
+@dataclass
+class CorePlacement:
+    """Which core a cell's processes run on. A cell's emulator, PEPs, hosts
+    and captures wake each other for every frame; on a virtual machine a
+    wake-up sent to another vCPU is an interrupt between vCPUs that the
+    hypervisor delivers, and on this 2-core VM a ping-pong between two
+    threads took 31 us of CPU a round across cores against 2 us on one. A
+    light cell therefore runs all on one core: the one whose running cells
+    cost least (docs/benchmarks/matrix.md). A cell that may need more than
+    one core (PIN_MAX_COST) is left free, as is every cell on one core."""
+    cores: tuple[int, ...]
+
+    @classmethod
+    def for_host(cls) -> "CorePlacement":
+        return cls(tuple(sorted(os.sched_getaffinity(0))))
+
+    def pick(self, cost: float, running: list[tuple[float, frozenset[int] | None]]) -> frozenset[int] | None:
+        """The core for a cell of this modelled cost beside the running
+        cells (each its cost and the cores it was given); None: no pinning."""
+        if len(self.cores) < 2 or cost > PIN_MAX_COST:
+            return None
+        load = {c: 0.0 for c in self.cores}
+        for c_cost, cpus in running:
+            if cpus is None:
+                continue    # spread over every core: weighs on all alike
+            for c in cpus & load.keys():
+                load[c] += c_cost / len(cpus)
+        return frozenset({min(self.cores, key=lambda c: (load[c], c))})

@@ -96,7 +96,8 @@ def batch_estimate(batch: list[Cell]) -> float:
                                      for c in batch[1:])
 
 
-def spawn_batch(cells: list[Cell], out: str, backend: str) -> tuple[subprocess.Popen, str]:
+def spawn_batch(cells: list[Cell], out: str, backend: str,
+                cpus: frozenset[int] | None = None) -> tuple[subprocess.Popen, str]:
     """Several cells in one child process on one testbed (runner.run_batch).
     Each cell keeps its own directory, written as it finishes (cell.exit
     last); the testbed's own files go to OUT/batches/ID."""
@@ -122,7 +123,7 @@ def spawn_batch(cells: list[Cell], out: str, backend: str) -> tuple[subprocess.P
                       f, indent=2, sort_keys=True, default=str)
     with open(os.path.join(batch_dir, BATCH_FILE), "w", encoding="utf-8") as f:
         json.dump({"cells": [c.hash for c in cells], "backend": backend}, f, indent=2)
-    child = spawn_worker(["batch", batch_dir], os.path.join(batch_dir, "matrix.log"))
+    child = spawn_worker(["batch", batch_dir], os.path.join(batch_dir, "matrix.log"), cpus)
     # Who runs the cells, so a matrix resumed after this one was killed adopts them.
     who = {"pid": child.pid, "start": records.start_time(child.pid)}
     for d in [batch_dir, *(os.path.join(out, "cells", c.hash) for c in cells)]:

@@ -41,6 +41,7 @@ class Child:
     reason: str = ""          # timeout | interrupted
     batch: list[Cell] = field(default_factory=list)   # a batch's cells not yet collected, `cell` first
     out: str = ""             # the results directory (a batch's cells are collected from it one by one)
+    cpus: frozenset[int] | None = None   # the cores it was pinned to (admission.CorePlacement); None: all
 
     def next_cell(self) -> None:
         """The batch's current cell was collected: the clock starts for the next."""
@@ -110,13 +111,14 @@ def read_exit(cell_dir: str) -> int:
         return -signal.SIGKILL
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str, cpus: frozenset[int] | None = None) -> subprocess.Popen:
     """One cell in a child process with its own session: Ctrl-C in the
-    terminal reaches only the parent, which then stops children in order."""
+    terminal reaches only the parent, which then stops children in order.
+    cpus: the cores it and everything it starts may run on (None: all)."""
     if running_child(cell_dir):
         raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
     write_cell(cell, cell_dir, backend)
-    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"))
+    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"), cpus)
     # Who runs the cell, so a matrix resumed after this one was killed adopts it.
     with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
         json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
@@ -144,7 +146,10 @@ def read_node(cell_dir: str) -> dict:
     return doc if isinstance(doc, dict) and isinstance(doc.get("node"), str) else {}
 
 
-def spawn_worker(args: list[str], log_path: str) -> subprocess.Popen:
+def spawn_worker(args: list[str], log_path: str, cpus: frozenset[int] | None = None) -> subprocess.Popen:
+    """The worker process; with cpus, pinned to those cores before it starts
+    anything (its processes inherit the affinity: the namespaces' hosts,
+    satemu, the PEPs, captures)."""
     log = open(log_path, "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
@@ -152,11 +157,20 @@ def spawn_worker(args: list[str], log_path: str) -> subprocess.Popen:
     # spins unless SATBED_EMULATOR_SPIN_US says; environment.json records it.
     env.setdefault("SATBED_EMULATOR_SPIN_US", "0")
     try:
-        return subprocess.Popen([PYTHON, "-m", WORKER, *args], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=REPO_ROOT)
+        child = subprocess.Popen([PYTHON, "-m", WORKER, *args], stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                 start_new_session=True, cwd=REPO_ROOT)
     finally:
         log.close()
+    if cpus:
+        # Popen returns once the worker has executed Python, which starts
+        # no thread or process before its imports: it and all it starts run
+        # on cpus. A child gone already has nothing left to pin.
+        try:
+            os.sched_setaffinity(child.pid, cpus)
+        except ProcessLookupError:
+            pass
+    return child
 
 
 def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:

@@ -67,16 +67,21 @@ def default_timeout(cfg: RunConfig) -> float:
     return 180 + client_limit(params, cfg.link.rate_bps) + cfg.size_bytes / 2e6
 
 
-# Cores a cell keeps busy, measured per process over whole runs on this 2-core
-# VM (30 MB, 8 Mbit/s HTB, buffered captures; setup excluded): scp and ftp
-# 0.16 cores at 7.6 Mbit/s, rsync 0.19, saratoga 0.28 (its sender paces each
-# frame), a pepd pair 0.06 more at 6.3 Mbit/s, and a cell whose TCP crawls at
-# BER 1e-5 0.03. Nearly all of it is per-packet work (every hop's wake-ups,
-# the emulator's departures), so it scales with the goodput.
+# Cores a cell keeps busy. First measured per process over whole runs on this
+# 2-core VM (30 MB, 8 Mbit/s HTB, buffered captures; setup excluded): scp and
+# ftp 0.16 cores at 7.6 Mbit/s, rsync 0.19, saratoga 0.28 (its sender paces
+# each frame), a pepd pair 0.06 more at 6.3 Mbit/s, and a cell whose TCP
+# crawls at BER 1e-5 0.03. Nearly all of it is per-packet work (every hop's
+# wake-ups, the emulator's departures), so it scales with the goodput. Since
+# then a cell runs on one core and satemu reads slow links from plain sockets
+# (no ring timer): the costliest Global Hawk cell, scp through pepd at 7 Mbit/s,
+# went from 33.3 to 16.2 CPU-s in its control group (43.3 to 15.2 of what
+# spinners beside it lost), so every per-Mbit figure is halved; the meter
+# checks the model against the measured load (docs/benchmarks/matrix.md).
 IDLE_CORES = 0.03
-CORES_PER_MBIT = {"saratoga": 0.037, "rsync": 0.025}
-CORES_PER_MBIT_DEFAULT = 0.021
-PEP_CORES_PER_MBIT = 0.009
+CORES_PER_MBIT = {"saratoga": 0.019, "rsync": 0.013}
+CORES_PER_MBIT_DEFAULT = 0.011
+PEP_CORES_PER_MBIT = 0.005
 
 
 def cell_cost(cfg: RunConfig) -> float:

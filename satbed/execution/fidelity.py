@@ -15,7 +15,7 @@ from typing import TextIO
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission
+from satbed.execution.admission import Admission, CorePlacement
 from satbed.execution.children import Child, clean_leftovers, collect, collect_cell, spawn, stop_children
 from satbed.execution.slurm import SlurmExecutor, Task
 from satbed.model.experiment import Cell, Experiment
@@ -48,11 +48,14 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     root = os.path.join(os.path.abspath(out), "fidelity", time.strftime("%Y%m%d-%H%M%S"))
     others = exp.cells[1:] or [base]
     started = 0
+    # Placed on the cores as a matrix places them (supervisor.run_matrix).
+    cores = CorePlacement.for_host() if backend == "mininet" else None
 
-    def start(cell: Cell, name: str) -> Child:
+    def start(cell: Cell, name: str, beside: list[Child]) -> Child:
         d = os.path.join(root, name)
+        cpus = cores.pick(cell.cost, [(c.cell.cost, c.cpus) for c in beside]) if cores else None
         now = time.monotonic()
-        return Child(cell, spawn(cell, d, backend), time.time(), now, now + cell.timeout_s)
+        return Child(cell, spawn(cell, d, backend, cpus), time.time(), now, now + cell.timeout_s, cpus=cpus)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
         """The reference's goodput, and how many cells ran beside it (sampled)."""
@@ -67,7 +70,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
                     nxt = others[started % len(others)]
                     if admit.pick([nxt], [base] + [c.cell for c in bg]) is None:
                         break
-                    bg.append(start(nxt, f"{tag}-bg{started}"))
+                    bg.append(start(nxt, f"{tag}-bg{started}", bg))
                     started += 1
             refill()
             # Let the background reach its transfers before the reference starts.
@@ -75,7 +78,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
             while time.monotonic() < t_end:
                 refill()
                 time.sleep(0.5)
-            ref = start(base, f"{tag}-ref")
+            ref = start(base, f"{tag}-ref", bg)
             while ref.proc.poll() is None:
                 if time.monotonic() > ref.deadline:
                     stop_children([ref])

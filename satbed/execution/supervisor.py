@@ -22,7 +22,7 @@ from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission, CpuMeter, host_info
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
                                        collect_cell, read_exit, running_child, signal_child, spawn, stop_children)
@@ -141,6 +141,9 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         todo = [c for c in todo if c.hash not in missing]
         admit = Admission.for_host(jobs, host)
         meter = CpuMeter()
+        # Pinning needs every process of a cell to inherit the worker's cores:
+        # so on namespaces, not in containers (dockerd starts those).
+        cores = CorePlacement.for_host() if backend == "mininet" else None
         # Cells sharing a testbed run as one batch; the longest batches start first,
         # so the long ones do not end the run alone.
         pending = plan_batches(todo, batch)
@@ -215,14 +218,16 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                 if pick is not None and time.monotonic() - last_spawn >= SPAWN_GAP_S:
                     last_spawn = time.monotonic()
                     cells = pending.pop(pick)
+                    cpus = cores.pick(cells[0].cost, [(c.cell.cost, c.cpus) for c in running.values()]) \
+                        if cores else None
                     now = time.monotonic()
                     if len(cells) == 1:
-                        proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend)
-                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s)
+                        proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend, cpus)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s, cpus=cpus)
                     else:
-                        proc, _ = spawn_batch(cells, out, backend)
+                        proc, _ = spawn_batch(cells, out, backend, cpus)
                         ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s,
-                                   batch=list(cells), out=out)
+                                   batch=list(cells), out=out, cpus=cpus)
                     running[cells[0].hash] = ch
                 for h, ch in list(running.items()):
                     collect_finished(ch)

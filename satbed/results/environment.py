@@ -58,6 +58,8 @@ def collect(tools: tuple[str, ...] = tuple(TOOL_VERSIONS)) -> dict:
         "kernel": {"release": uname.release, "version": uname.version, "machine": uname.machine},
         "hostname": uname.node,
         "cpus": os.cpu_count(),
+        # The cores the run's processes were allowed (a matrix pins a light cell to one).
+        "affinity": sorted(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "tools": versions,
         "tcp_available_congestion_control": _read("/proc/sys/net/ipv4/tcp_available_congestion_control"),

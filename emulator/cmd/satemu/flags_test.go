@@ -4,9 +4,13 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"satbed/emulator/bridge"
+	"satbed/emulator/config"
 )
 
 func TestIOFlag(t *testing.T) {
@@ -67,6 +71,40 @@ func TestTxSchedFor(t *testing.T) {
 	for _, bad := range []string{"-0.5", "1.5", "-2"} {
 		if _, err := parseFlags([]string{"-a", "x0", "-b", "x1", "-config", "c.json", "-rt-share", bad}, io.Discard); !errors.As(err, new(usageError)) {
 			t.Errorf("-rt-share %s: %v, want a usage error", bad, err)
+		}
+	}
+}
+
+// TestAutoIO: "auto" serves slow shaped links with plain sockets (no
+// ring timer) and everything else, an unshaped direction or a profile
+// step above the bound included, with the ring.
+func TestAutoIO(t *testing.T) {
+	cases := []struct {
+		name, cfg, want string
+	}{
+		{"the Global Hawk link", `{"a_to_b": {"rate_bps": 8e6, "ceil_bps": 10e6, "delay_ms": 300}, "b_to_a": {"rate_bps": 8e6, "ceil_bps": 10e6, "delay_ms": 300}}`, ioSocket},
+		{"at the bound", `{"a_to_b": {"rate_bps": 20e6, "delay_ms": 0}, "b_to_a": {"rate_bps": 1e6, "delay_ms": 0}}`, ioSocket},
+		{"ceil above the bound", `{"a_to_b": {"rate_bps": 8e6, "ceil_bps": 21e6, "delay_ms": 0}, "b_to_a": {"rate_bps": 8e6, "delay_ms": 0}}`, ioTpacket},
+		{"one direction fast", `{"a_to_b": {"rate_bps": 8e6, "delay_ms": 0}, "b_to_a": {"rate_bps": 1e9, "delay_ms": 0}}`, ioTpacket},
+		{"one direction unshaped", `{"a_to_b": {"rate_bps": 8e6, "delay_ms": 0}, "b_to_a": {"delay_ms": 0}}`, ioTpacket},
+		{"a profile step above the bound", `{"a_to_b": {"rate_bps": 8e6, "delay_ms": 0, "profile": "PROFILE"}, "b_to_a": {"rate_bps": 8e6, "delay_ms": 0}}`, ioTpacket},
+	}
+	dir := t.TempDir()
+	profile := filepath.Join(dir, "p.csv")
+	if err := os.WriteFile(profile, []byte("t_s,rate_bps\n0,8000000\n10,50000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		path := filepath.Join(dir, "c.json")
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(c.cfg, "PROFILE", profile)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := autoIO(cfg); got != c.want {
+			t.Errorf("%s: auto takes %s, want %s", c.name, got, c.want)
 		}
 	}
 }

@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.ctl, "control", "", "unix control socket path (optional)")
 	fs.StringVar(&o.statsDir, "stats-dir", "", "directory for emulator_timeseries.csv and emulator.json (optional)")
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
-	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (tpacket, else socket)")
+	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (socket on links shaped to at most 20 Mbit/s in both directions, else tpacket, else socket)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
 	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
 	fs.Float64Var(&o.rtShare, "rt-share", -1, "a transmit thread using more than this share of a CPU (over 100 ms) leaves SCHED_FIFO for nice -20 until it falls below a quarter of it; -1 = half the kernel's real-time budget (kernel.sched_rt_runtime_us/period, no limit when it is -1), 0 = stay real-time")
@@ -140,10 +140,35 @@ const (
 	ioSocket  = "socket"
 )
 
-// openPorts opens both ports on the packet path o.io asks for; "auto" takes
-// the TPACKET_V3 ring and falls back to plain sockets (with a warning) where
-// the kernel refuses it. It returns the path used.
-func openPorts(o options, stderr io.Writer) (pa, pb *rawsock.Socket, path string, err error) {
+// socketMaxBps is the fastest link "auto" serves with plain sockets. Their
+// 8 MiB receive buffer holds about 3,000 veth frames: at 20 Mbit/s that is
+// 1.8 s of frames, longer than this VM's scheduling stalls, where at
+// 1 Gbit/s it was 36 ms and frames were lost (hence the ring). The ring has
+// a cost of its own that sockets do not: the kernel retires its blocks on a
+// 1 ms timer that runs whether frames come or not, 2,000 timer interrupts a
+// second for an idle satemu, which took a tenth of a core on this VM
+// (docs/benchmarks/matrix.md).
+const socketMaxBps = 20e6
+
+// autoIO is the packet path "auto" takes for cfg: plain sockets where
+// both directions are shaped to at most socketMaxBps, else the ring.
+func autoIO(cfg *config.Config) string {
+	for _, d := range []config.Direction{cfg.AToB, cfg.BToA} {
+		p, err := d.Params()
+		if err != nil {
+			return ioTpacket
+		}
+		if r := p.HighestRate(); r == 0 || r > socketMaxBps {
+			return ioTpacket
+		}
+	}
+	return ioSocket
+}
+
+// openPorts opens both ports on the packet path o.io asks for; "auto"
+// takes autoIO's and falls back from the TPACKET_V3 ring to plain sockets
+// (with a warning) where the kernel refuses it. It returns the path used.
+func openPorts(o options, cfg *config.Config, stderr io.Writer) (pa, pb *rawsock.Socket, path string, err error) {
 	open := func(ring bool) (*rawsock.Socket, *rawsock.Socket, error) {
 		opts := rawsock.Options{QdiscBypass: !o.noBypass, Ring: ring}
 		a, err := rawsock.Open(o.a, opts)
@@ -157,7 +182,7 @@ func openPorts(o options, stderr io.Writer) (pa, pb *rawsock.Socket, path string
 		}
 		return a, b, nil
 	}
-	if o.io == ioSocket {
+	if o.io == ioSocket || o.io == "auto" && autoIO(cfg) == ioSocket {
 		pa, pb, err = open(false)
 		return pa, pb, ioSocket, err
 	}
@@ -226,7 +251,7 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
-	pa, pb, ioPath, err := openPorts(o, stderr)
+	pa, pb, ioPath, err := openPorts(o, cfg, stderr)
 	if err != nil {
 		return err
 	}
