@@ -553,16 +553,7 @@ func TestCopiesNotCountedAsSent(t *testing.T) {
 	client, result := pr.split(t, dst)
 	// Bursts with pauses: the link idles after each, and spare copies of
 	// the burst's tail go out meanwhile.
-	data := randBytes(64<<10, 7)
-	go func() {
-		for range 6 {
-			client.Write(data)
-			time.Sleep(150 * time.Millisecond)
-		}
-		client.CloseWrite()
-	}()
-	io.Copy(io.Discard, client)
-	if r := <-result; r != "closed" {
+	if r := burstThenDrain(client, result, randBytes(64<<10, 7), 6, 150*time.Millisecond); r != "closed" {
 		t.Fatalf("relay ended %q", r)
 	}
 	st := pr.a.Snapshot()
@@ -601,16 +592,7 @@ func BenchmarkAdaptBursty(b *testing.B) {
 		// rate), one written every 0.4 s: the link idles about 0.15 s
 		// after each.
 		a, _, client, result := shapedSplit(b, 50*time.Millisecond, rate, rate, log.New(io.Discard, "", 0))
-		data := randBytes(256<<10, 7)
-		go func() {
-			for range 24 {
-				client.Write(data)
-				time.Sleep(400 * time.Millisecond)
-			}
-			client.CloseWrite()
-		}()
-		io.Copy(io.Discard, client)
-		if r := <-result; r != "closed" {
+		if r := burstThenDrain(client, result, randBytes(256<<10, 7), 24, 400*time.Millisecond); r != "closed" {
 			b.Fatalf("relay ended %q", r)
 		}
 		st := a.Snapshot()
@@ -621,6 +603,21 @@ func BenchmarkAdaptBursty(b *testing.B) {
 	b.ReportMetric(decreases/float64(b.N), "decreases/op")
 	b.ReportMetric(endRate/float64(b.N)/1e6, "end-Mbit/s")
 	b.ReportMetric(0, "ns/op")
+}
+
+// burstThenDrain writes data n times, pausing gap after each, then closes
+// the client's write side, reads what comes back to its end and returns
+// how the relay ended.
+func burstThenDrain(client *net.TCPConn, result <-chan string, data []byte, n int, gap time.Duration) string {
+	go func() {
+		for range n {
+			client.Write(data)
+			time.Sleep(gap)
+		}
+		client.CloseWrite()
+	}()
+	io.Copy(io.Discard, client)
+	return <-result
 }
 
 // shapedSplit starts a self-tuning pair (hint rateHint, round trip twice
