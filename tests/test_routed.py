@@ -233,18 +233,22 @@ def test_spoofer_handshake_modes(tmp_path, mode):
             server.kill()
             server.wait(timeout=10)
             pep.stop()
-            for e in emus:
-                e.stop()
+            records = [e.stop() for e in emus]
     assert ok[0] == "connected" and " ".join(ok[2:]) == "through the spoofer", ok
     connect_ms, refused_ms = float(ok[1]), float(refused[1])
     assert stats["connections_split"] == 1, stats
+    # A handshake crosses each link there and back; on a loaded machine an
+    # emulator may send a frame late, and satemu records by how much at
+    # most. That much more is the emulators' doing, not the spoofer's.
+    late_ms = 2 * sum(max(d["tx_late_max_us"] for d in r["stats"]["totals"]["directions"].values())
+                      for r in records) / 1000
     if mode == "end-to-end":
         assert refused[0] == "refused", refused
-        assert 480 <= connect_ms <= 800, connect_ms
-        assert 480 <= refused_ms <= 800, refused_ms
+        assert 480 <= connect_ms <= 800 + late_ms, (connect_ms, late_ms)
+        assert 480 <= refused_ms <= 800 + late_ms, (refused_ms, late_ms)
         assert stats["connections_connect_failed"] == 1, stats
     else:
         # The spoofer answers across the satellite link alone; the refusal
         # comes as a reset after the connection was accepted.
         assert refused[0] == "reset", refused
-        assert 90 <= connect_ms <= 300, connect_ms
+        assert 90 <= connect_ms <= 300 + late_ms, (connect_ms, late_ms)
