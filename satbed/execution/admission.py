@@ -122,7 +122,6 @@ class Admission:
         return now
 
 
-
 @dataclass
 class CorePlacement:
     """Which core a cell's processes run on. A cell's emulator, PEPs, hosts
