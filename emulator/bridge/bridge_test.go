@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/quick"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -445,6 +446,93 @@ func TestLongWaits(t *testing.T) {
 				t.Errorf("parking: a nap of %v, want at most %v: the timer should have waited the rest (naps %v)",
 					d, parkMargin, naps)
 			}
+		}
+	}
+}
+
+func TestOnGrid(t *testing.T) {
+	for _, tc := range []struct{ t, origin, g, want time.Duration }{
+		{0, 0, 250, 0},
+		{1, 0, 250, 250},
+		{250, 0, 250, 250},
+		{251, 0, 250, 500},
+		{0, 100, 250, 150},     // the clock's zero is 100 into a grid interval
+		{150, 100, 250, 150},   // on a point
+		{151, 100, 250, 400},   // just past one
+		{1000, 999, 250, 1001}, // 1999 + 1 = 2000: a point
+	} {
+		if got := onGrid(tc.t, tc.origin, tc.g); got != tc.want {
+			t.Errorf("onGrid(%v, %v, %v) = %v, want %v", tc.t, tc.origin, tc.g, got, tc.want)
+		}
+	}
+	// Never early, less than one spacing late, and on the shared grid.
+	f := func(t0, origin int64, g uint16) bool {
+		t0, origin = max(0, t0%(1<<50)), max(0, origin%(1<<50))
+		sp := time.Duration(g) + 1
+		got := onGrid(time.Duration(t0), time.Duration(origin), sp)
+		return got >= time.Duration(t0) && got-time.Duration(t0) < sp && (got+time.Duration(origin))%sp == 0
+	}
+	if err := quick.Check(f, nil); err != nil {
+		t.Error(err)
+	}
+}
+
+// On a slow link the transmit loop wakes on the grid: frames that fall due
+// between two of its points leave together at the later one, none before
+// its due time. Without the grid, a 1 Mbit/s link's frames leave one by
+// one, 12 ms apart.
+func TestSlowLinkDepartsOnTheGrid(t *testing.T) {
+	for _, grid := range []time.Duration{0, 50 * time.Millisecond} {
+		cfg, err := config.Decode([]byte(`{"a_to_b":{"delay_ms":0,"rate_bps":1e6},"b_to_a":{"delay_ms":0}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := newChanPort(), newChanPort()
+		start := time.Now()
+		br, err := New(cfg, 1, func() time.Duration { return time.Since(start) }, a, b, Options{Grid: grid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- br.Run(ctx) }()
+		// One frame first, so the receive loop has seen the link's rate.
+		a.send(bytes.Repeat([]byte{0}, 1500))
+		time.Sleep(40 * time.Millisecond)
+		sentAt := time.Now()
+		for i := 1; i <= 10; i++ {
+			a.send(bytes.Repeat([]byte{byte(i)}, 1500))
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if got, _ := b.frames(); len(got) == 11 {
+				break
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		got, when := b.frames()
+		if len(got) != 11 {
+			t.Fatalf("grid %v: delivered %d of 11", grid, len(got))
+		}
+		together := 0
+		for i := 2; i <= 10; i++ {
+			if when[i].Sub(when[i-1]) < 2*time.Millisecond {
+				together++
+			}
+		}
+		// The shaper's burst lets the first two leave back to back; after
+		// that a frame is due every 12 ms, so a 50 ms grid sends about four
+		// a point: about six of the nine gaps are nil.
+		if last := when[10].Sub(sentAt); last < 95*time.Millisecond {
+			t.Errorf("grid %v: the tenth frame left after %v, before its due time (95 ms)", grid, last)
+		}
+		if grid > 0 && together < 5 || grid == 0 && together > 2 {
+			t.Errorf("grid %v: %d of 9 departures left with the one before", grid, together)
+		}
+		if g := br.Snapshot().Dirs[AToB].GridUs; g != float64(grid.Microseconds()) {
+			t.Errorf("grid %v: departure_grid_us %v", grid, g)
 		}
 	}
 }

@@ -42,6 +42,30 @@ func TestIOFlag(t *testing.T) {
 	}
 }
 
+func TestGridFlag(t *testing.T) {
+	base := []string{"-a", "x0", "-b", "x1", "-config", "c.json"}
+	for _, c := range []struct {
+		args []string
+		want int
+		ok   bool
+	}{
+		{nil, 250, true},
+		{[]string{"-grid-us", "0"}, 0, true},
+		{[]string{"-grid-us", "1000"}, 1000, true},
+		{[]string{"-grid-us", "1001"}, 0, false},
+		{[]string{"-grid-us", "-1"}, 0, false},
+	} {
+		o, err := parseFlags(append(append([]string(nil), base...), c.args...), io.Discard)
+		var u usageError
+		switch {
+		case !c.ok && !errors.As(err, &u):
+			t.Errorf("%v: error %v, want a usage error (exit 2)", c.args, err)
+		case c.ok && (err != nil || o.gridUs != c.want):
+			t.Errorf("%v: grid %d, %v; want %d", c.args, o.gridUs, err, c.want)
+		}
+	}
+}
+
 func TestTxSchedFor(t *testing.T) {
 	on, off := bridge.RTBudget{RuntimeUs: 950000, PeriodUs: 1000000}, bridge.RTBudget{RuntimeUs: -1, PeriodUs: 1000000}
 	cases := []struct {

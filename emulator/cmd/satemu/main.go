@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"satbed/emulator/bridge"
 	"satbed/emulator/config"
 	"satbed/emulator/control"
@@ -47,11 +49,11 @@ func main() {
 }
 
 type options struct {
-	a, b, cfg, ctl, statsDir string
-	io                       string
-	noBypass                 bool
-	spinUs, rtPrio, rxRTPrio int
-	rtShare                  float64
+	a, b, cfg, ctl, statsDir         string
+	io                               string
+	noBypass                         bool
+	spinUs, gridUs, rtPrio, rxRTPrio int
+	rtShare                          float64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -66,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.noBypass, "no-qdisc-bypass", false, "send through the ports' qdiscs (lets tcpdump on the emulator ports see sent frames)")
 	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (socket on links shaped to at most 20 Mbit/s in both directions, else tpacket, else socket)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
+	fs.IntVar(&o.gridUs, "grid-us", 250, "on links whose full-size frame takes 1 ms or more (12 Mbit/s and slower), departures wait for the next point of a grid this many microseconds apart on the machine's monotonic clock, shared by every satemu, so transmit threads wake together (0 = each frame at its own time)")
 	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
 	fs.Float64Var(&o.rtShare, "rt-share", -1, "a transmit thread using more than this share of a CPU (over 100 ms) leaves SCHED_FIFO for nice -20 until it falls below a quarter of it; -1 = half the kernel's real-time budget (kernel.sched_rt_runtime_us/period, no limit when it is -1), 0 = stay real-time")
 	fs.IntVar(&o.rxRTPrio, "rx-rt-priority", 0, "run the receive loops under SCHED_FIFO at this priority too (1-99, 0 = off): for high rates on a loaded machine")
@@ -77,6 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.a == "" || o.b == "" || o.cfg == "" {
 		return o, usageError{errors.New("-a, -b and -config are required")}
+	}
+	if o.gridUs < 0 || o.gridUs > 1000 {
+		return o, usageError{errors.New("-grid-us must be in [0,1000]")}
 	}
 	if o.spinUs < 0 || o.spinUs > 100000 || o.rtPrio < 0 || o.rtPrio > 99 || o.rxRTPrio < 0 || o.rxRTPrio > 99 {
 		return o, usageError{errors.New("-spin-us must be in [0,100000], -rt-priority and -rx-rt-priority in [0,99]")}
@@ -269,9 +275,14 @@ func run(args []string, stderr io.Writer) error {
 	sched := txSchedFor(o, budget, warn)
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
+	var mono unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono); err != nil {
+		return fmt.Errorf("monotonic clock: %w", err)
+	}
+	gridOrigin := time.Duration(mono.Nano()) - clock()
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
 		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio, RxRTPriority: o.rxRTPrio,
-		RTShare: sched.RTShare,
+		RTShare: sched.RTShare, Grid: time.Duration(o.gridUs) * time.Microsecond, GridOrigin: gridOrigin,
 		// Ethernet header plus one VLAN tag above the larger MTU.
 		FrameSize: max(pa.MTU, pb.MTU) + 18, IO: ioPath, Warn: warn})
 	if err != nil {
