@@ -10,11 +10,7 @@ from dataclasses import dataclass
 
 from satbed.model.experiment import Cell
 
-# Of the cores, for cells; the rest for the parent and testbed setups. A
-# cell's departures are timed by satemu's real-time threads and its TCP
-# windows hold the path's BDP, so its goodput does not change with a few
-# milliseconds of run-queue wait (docs/benchmarks/matrix.md).
-CPU_SHARE = 0.9
+CPU_SHARE = 0.8      # of the cores, for cells; the rest for the parent and testbed setups
 CELL_MEMORY = 300 << 20
 # A cell modelled above this many cores may need more than one, so it is
 # not pinned to one (CorePlacement).
