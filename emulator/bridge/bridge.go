@@ -406,7 +406,7 @@ const sleepOnlyFrameTime = time.Millisecond
 // same grid, so the threads of the cells sharing a core expire their timers
 // together and one timer interrupt wakes them all. On this kind of
 // paravirtualised machine a thread's timed wake-up costs 20-30 us of CPU,
-// most of it the timer's programming and interrupt; a frame leaves at most
+// against 2 us for one thread waking another; a frame leaves at most
 // g late, which on a link slow enough to qualify (sleepOnlyFrameTime) is a
 // fraction of its own transmission time and never accumulates, because
 // each due time comes from the shaper's clock.

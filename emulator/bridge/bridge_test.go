@@ -478,8 +478,8 @@ func TestOnGrid(t *testing.T) {
 }
 
 // On a slow link the transmit loop wakes on the grid: frames that fall due
-// between two of its points leave together at the later one, none before
-// its due time. Without the grid, a 1 Mbit/s link's frames leave one by
+// between two of its points leave together at the later one, and the last
+// not before its due time. Without the grid, a 1 Mbit/s link's frames leave one by
 // one, 12 ms apart.
 func TestSlowLinkDepartsOnTheGrid(t *testing.T) {
 	for _, grid := range []time.Duration{0, 50 * time.Millisecond} {
@@ -496,9 +496,15 @@ func TestSlowLinkDepartsOnTheGrid(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
 		go func() { done <- br.Run(ctx) }()
-		// One frame first, so the receive loop has seen the link's rate.
+		// One frame through first, so the receive loop has seen the link's
+		// rate and the shaper's bucket refills before the ten.
 		a.send(bytes.Repeat([]byte{0}, 1500))
-		time.Sleep(40 * time.Millisecond)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if got, _ := b.frames(); len(got) == 1 {
+				break
+			}
+		}
+		time.Sleep(15 * time.Millisecond) // a frame's time at 1 Mbit/s: the bucket is full again
 		sentAt := time.Now()
 		for i := 1; i <= 10; i++ {
 			a.send(bytes.Repeat([]byte{byte(i)}, 1500))
