@@ -11,7 +11,7 @@ export GOFLAGS := -buildvcs=false
 # Debian packages satbed uses (control plane, testbed, clients, analysis; brctl and
 # ifconfig for the SCPS gateway and its CI stand-in; Ansible for the physical test bed;
 # MkDocs for the documentation).
-DEBS := python3 python3-yaml python3-pyroute2 python3-matplotlib python3-pytest python3-hypothesis python3-sgp4 mininet \
+DEBS := python3 python3-yaml python3-pyroute2 python3-numpy python3-matplotlib python3-pytest python3-hypothesis python3-sgp4 mininet \
         iproute2 iputils-ping ethtool nftables iptables tcpdump tcptrace nuttcp iperf3 \
         openssh-server openssh-client rsync vsftpd ncftp lighttpd wget telnetd telnet socat \
         procps psmisc git ca-certificates mmdebstrap \

@@ -32,9 +32,11 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
-from .pcap import TcpPacket
+import numpy as np
+
+from .pcap import TH_ACK, TH_FIN, TH_SYN, Packets, TcpPacket, columns, unwrap
 
 MOD = 1 << 32
 # Wireshark stops remembering segments beyond this many unacknowledged ones.
@@ -92,8 +94,71 @@ def _split(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def ack_rtt(packets: list[TcpPacket], sender: str, receiver: str) -> RttStats:
-    """RTT samples for data sender -> receiver ("ip:port"), Wireshark's way."""
+def ack_rtt(packets: Packets, sender: str, receiver: str) -> RttStats:
+    """RTT samples for data sender -> receiver ("ip:port"), Wireshark's way.
+
+    On arrays: a remembered segment is forgotten by the first ACK after it
+    whose number reaches its end, found for all segments at once by a binary
+    search over a table of the ACK numbers' range maxima. Wireshark's limit of
+    remembered segments changes which are remembered only when it is reached;
+    then the segments are walked one by one (ack_rtt_walk)."""
+    cols = columns(packets)
+    s, r = cols.endpoint(sender), cols.endpoint(receiver)
+    fl = cols.flags
+    seg = cols.flow(s, r) & ((cols.payload > 0) | ((fl & (TH_SYN | TH_FIN)) != 0))
+    ackm = cols.flow(r, s) & ((fl & TH_ACK) != 0)
+    seg_at, ack_at = np.flatnonzero(seg), np.flatnonzero(ackm)
+    if len(seg_at) == 0 or len(ack_at) == 0:
+        return _rtt_stats([])
+    # The sender's sequence space and the receiver's ACK numbers share one unwrapping.
+    both = np.flatnonzero(seg | ackm)
+    values = np.where(seg[both], cols.seq[both], cols.ack[both])
+    unwrapped = np.empty(len(cols), dtype=np.int64)
+    unwrapped[both] = unwrap(values)
+    nxt = unwrapped[seg_at] + cols.payload[seg_at] + ((fl[seg_at] & (TH_SYN | TH_FIN)) != 0)
+    acks = unwrapped[ack_at]
+    # The first ACK after each segment, and the first from there that covers it.
+    first = np.searchsorted(ack_at, seg_at)
+    popped_by = _first_at_least(acks, first, nxt)
+    # Remembered at once: pushed so far minus forgotten so far, at each push.
+    forgotten = np.bincount(popped_by[popped_by < len(acks)], minlength=len(acks)).cumsum()
+    before = np.concatenate([[0], forgotten])[first]        # forgotten before each segment arrived
+    if (np.arange(len(seg_at)) - before).max(initial=0) >= MAX_UNACKED:
+        return ack_rtt_walk(cols.packets(), sender, receiver)
+    hit = (popped_by < len(acks))
+    hit[hit] &= nxt[hit] == acks[popped_by[hit]]
+    # Per ACK, the oldest remembered segment that ends at its number.
+    ack_idx, seg_idx = popped_by[hit], np.flatnonzero(hit)
+    order = np.lexsort((seg_idx, ack_idx))
+    ack_idx, seg_idx = ack_idx[order], seg_idx[order]
+    lead = np.concatenate([[True], ack_idx[1:] != ack_idx[:-1]]) if len(ack_idx) else np.zeros(0, bool)
+    t_ack = cols.ts[ack_at[ack_idx[lead]]]
+    rtt = (t_ack - cols.ts[seg_at[seg_idx[lead]]]) * 1000.0
+    return _rtt_stats(list(zip(t_ack.tolist(), rtt.tolist())))
+
+
+def _first_at_least(values: np.ndarray, start: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """For each query, the first index i >= start with values[i] >= want, else len(values).
+
+    A sparse table of maxima over power-of-two spans, then for all queries
+    at once the largest jumps over spans whose maximum falls short."""
+    n = len(values)
+    table = [values]
+    while (1 << len(table)) <= n:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    pos = start.copy()
+    for k in range(len(table) - 1, -1, -1):
+        span = table[k]
+        can = pos < len(span)
+        idx = np.flatnonzero(can)
+        short = span[pos[idx]] < want[idx]
+        pos[idx[short]] += 1 << k
+    return np.minimum(pos, n)
+
+
+def ack_rtt_walk(packets: Sequence[TcpPacket], sender: str, receiver: str) -> RttStats:
+    """ack_rtt one segment at a time, with Wireshark's limit of remembered segments."""
     s, r = _split(sender), _split(receiver)
     seq_unwrap = Unwrapper()
     # The sender's sequence space and the receiver's ACK numbers share one unwrapper.
@@ -133,16 +198,12 @@ def _rtt_stats(samples: list[tuple[float, float]]) -> RttStats:
                     stdev_ms=sd, series=samples)
 
 
-def sack_stats(packets: list[TcpPacket], sender: str, receiver: str) -> SackStats:
+def sack_stats(packets: Packets, sender: str, receiver: str) -> SackStats:
     """SACK blocks the receiver sent back for sender -> receiver data."""
-    s, r = _split(sender), _split(receiver)
-    st = SackStats()
-    for p in packets:
-        if p.sack and (p.src, p.sport) == r and (p.dst, p.dport) == s:
-            st.blocks += len(p.sack)
-            st.acks_with_sack += 1
-            st.max_blocks_per_ack = max(st.max_blocks_per_ack, len(p.sack))
-    return st
+    cols = columns(packets)
+    blocks = cols.sack[cols.flow(cols.endpoint(receiver), cols.endpoint(sender)) & (cols.sack > 0)]
+    return SackStats(blocks=int(blocks.sum()), acks_with_sack=len(blocks),
+                     max_blocks_per_ack=int(blocks.max(initial=0)))
 
 
 @dataclass
@@ -164,20 +225,12 @@ class Retransmissions:
         return asdict(self)
 
 
-def retransmissions(packets: list[TcpPacket], sender: str, receiver: str) -> Retransmissions:
-    s, r = _split(sender), _split(receiver)
-    unwrap = Unwrapper()
-    highest: int | None = None
-    out = Retransmissions()
-    for p in packets:
-        if p.payload <= 0 or (p.src, p.sport) != s or (p.dst, p.dport) != r:
-            continue
-        seq = unwrap(p.seq)
-        if highest is not None and seq < highest:
-            out.pkts += 1
-            out.bytes += p.payload
-            if out.first is None:
-                out.first = p.ts
-        end = seq + p.payload
-        highest = end if highest is None else max(highest, end)
-    return out
+def retransmissions(packets: Packets, sender: str, receiver: str) -> Retransmissions:
+    cols = columns(packets)
+    data = np.flatnonzero(cols.flow(cols.endpoint(sender), cols.endpoint(receiver)) & (cols.payload > 0))
+    seq = unwrap(cols.seq[data])
+    end = seq + cols.payload[data]
+    # Below the highest end of the data before it.
+    again = np.flatnonzero(seq[1:] < np.maximum.accumulate(end)[:-1]) + 1
+    return Retransmissions(pkts=len(again), bytes=int(cols.payload[data[again]].sum()),
+                           first=float(cols.ts[data[again[0]]]) if len(again) else None)

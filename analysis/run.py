@@ -14,6 +14,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from satbed.core.files import write_json, write_text
 from satbed.results.metrics import ANALYSIS_FILE, analysis_document
 
@@ -64,7 +66,7 @@ def _classic_pcap(src: Path, outdir: Path) -> Path:
 RTT_SAMPLES_CSV = "rtt_every_ack.csv"
 
 
-def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket],
+def _main_summary(conn: Connection, packets: pcapmod.TcpColumns,
                   outdir: Path | None = None) -> dict[str, Any]:
     data, rev = conn.data_direction()
     # RTT from every ACK and true SACK block counts (analysis/acks.py says why
@@ -96,7 +98,7 @@ def _main_summary(conn: Connection, packets: list[pcapmod.TcpPacket],
         "retransmissions": rexmt.to_dict(),
         "spoofing_throughput": None,
     }
-    st = spoofing_throughput(packets, data.src, data.dst) if packets else None
+    st = spoofing_throughput(packets, data.src, data.dst) if len(packets) else None
     if st is not None:
         d["spoofing_throughput"] = st.to_dict()
     # The few numbers charts and tables need, already oriented along the data.
@@ -147,16 +149,16 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         summary = pcapmod.read_tcp(src)
     except pcapmod.PcapError as e:
         raise CaptureError(str(e)) from e
-    if not summary.packets and summary.udp:
+    if not len(summary.tcp) and len(summary.udp_columns):
         # Saratoga (and other UDP transfers): tcptrace has nothing to say.
         return {"capture": str(pcap), "packets": summary.records, "tcp_packets": 0,
-                "udp": udp_view(summary.udp)}
+                "udp": udp_view(summary.udp_columns)}
     tt = run_tcptrace(src, outdir)
     conns = parse_long(tt.long_text)
     apply_csv_seconds(conns, tt.csv.read_text(errors="replace"))
     if tt.packets_seen == 0 or not conns:
         raise CaptureError(f"{pcap.name}: no TCP packets traced ({summary.records} records read)")
-    times = direction_times(summary.packets)
+    times = direction_times(summary.tcp)
     for c in conns:
         for dm in (c.a2b, c.b2a):
             dm.first_packet, dm.last_packet = times.get((dm.src, dm.dst), (None, None))
@@ -170,7 +172,7 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
         "packets": summary.records,
         "tcp_packets": tt.packets_seen,
         "connections": len(conns),
-        "main": _main_summary(main, summary.packets, outdir),
+        "main": _main_summary(main, summary.tcp, outdir),
         "connection_list": [c.to_dict() for c in conns],
         "outputs": sorted(p.name for p in outdir.iterdir() if p.is_file()),
     }
@@ -183,28 +185,33 @@ def analyze_capture(pcap: Path, outdir: Path, graphs: bool = True,
     return out
 
 
-def udp_view(datagrams: list[pcapmod.UdpPacket]) -> dict[str, Any]:
+def udp_view(datagrams: pcapmod.UdpColumns) -> dict[str, Any]:
     """Per-flow datagram counts and rates of a UDP capture, biggest flow first.
 
     A flow is one direction (src -> dst); its rate is payload bits over the
     time from its first to its last datagram (wire rate: Saratoga's
     retransmitted frames included, unlike the application's goodput).
     """
-    flows: dict[tuple[str, int, str, int], list[float]] = {}
-    for d in datagrams:
-        f = flows.setdefault((d.src, d.sport, d.dst, d.dport), [0, 0, d.ts, d.ts])
-        f[0] += 1
-        f[1] += d.payload
-        f[2] = min(f[2], d.ts)
-        f[3] = max(f[3], d.ts)
+    d = datagrams
     rows = []
-    for (src, sport, dst, dport), (n, nbytes, first, last) in flows.items():
-        span = last - first
-        rows.append({"src": f"{src}:{sport}", "dst": f"{dst}:{dport}", "datagrams": int(n),
-                     "payload_bytes": int(nbytes), "first_packet": first, "last_packet": last,
-                     "duration_s": span, "rate_bps": 8 * nbytes / span if span > 0 else None})
-    rows.sort(key=lambda r: -r["payload_bytes"])
-    return {"datagrams": len(datagrams), "flows": rows}
+    if len(d):
+        flows, seen_first, inverse = pcapmod.flows(d.src, d.sport, d.dst, d.dport, len(d.addrs))
+        count = np.bincount(inverse, minlength=len(flows))
+        nbytes = np.bincount(inverse, weights=d.payload, minlength=len(flows))
+        first = np.full(len(flows), np.inf)
+        last = np.full(len(flows), -np.inf)
+        np.minimum.at(first, inverse, d.ts)
+        np.maximum.at(last, inverse, d.ts)
+        # Ties in size keep the order the flows first appeared in.
+        for k in sorted(range(len(flows)), key=lambda k: (-nbytes[k], seen_first[k])):
+            src, sport, dst, dport = flows[k].tolist()
+            span = float(last[k] - first[k])
+            total = int(nbytes[k])
+            rows.append({"src": f"{d.addrs[src]}:{sport}", "dst": f"{d.addrs[dst]}:{dport}",
+                         "datagrams": int(count[k]), "payload_bytes": total, "first_packet": float(first[k]),
+                         "last_packet": float(last[k]), "duration_s": span,
+                         "rate_bps": 8 * total / span if span > 0 else None})
+    return {"datagrams": len(d), "flows": rows}
 
 
 def draw_graphs(out: dict[str, Any], outdir: Path, pcap: Path, window: Window | None,

@@ -39,8 +39,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .acks import Unwrapper
-from .pcap import TcpPacket
+import numpy as np
+
+from .pcap import TH_ACK, TH_SYN, Packets, columns, flows, unwrap
 
 
 @dataclass
@@ -65,69 +66,63 @@ class SpoofingThroughput:
         return asdict(self)
 
 
-def _split(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host, int(port)
-
-
-def spoofing_throughput(packets: list[TcpPacket], sender: str,
+def spoofing_throughput(packets: Packets, sender: str,
                         receiver: str) -> SpoofingThroughput | None:
     """Compute both views for data flowing sender -> receiver ("ip:port").
 
     Returns None when the capture holds no data or no ACK for any of it.
     """
-    s = _split(sender)
-    r = _split(receiver)
-    fwd = [p for p in packets if (p.src, p.sport) == s and (p.dst, p.dport) == r]
-    rev = [p for p in packets if (p.src, p.sport) == r and (p.dst, p.dport) == s]
-    data = [p for p in fwd if p.payload > 0]
-    if not data:
+    cols = columns(packets)
+    s, r = cols.endpoint(sender), cols.endpoint(receiver)
+    fl, ts = cols.flags, cols.ts
+    syn, has_ack = (fl & TH_SYN) != 0, (fl & TH_ACK) != 0
+    fwd, rev = cols.flow(s, r), cols.flow(r, s)
+    data = np.flatnonzero(fwd & (cols.payload > 0))
+    if len(data) == 0:
         return None
-    acks = [p for p in rev if p.has_ack and not p.syn]
-    if not acks:
+    acks = np.flatnonzero(rev & has_ack & ~syn)
+    if len(acks) == 0:
         return None
-    # Data sequence and ACK numbers unwrapped in capture order with one
-    # unwrapper (one sequence space): transfers beyond 4 GB wrap it.
-    unwrap = Unwrapper()
-    seq_of: dict[int, int] = {}
-    ack_of: dict[int, int] = {}
-    for p in sorted(data + acks, key=lambda p: p.ts):
-        if p.payload > 0 and (p.src, p.sport) == s:
-            seq_of[id(p)] = unwrap(p.seq)
-        else:
-            ack_of[id(p)] = unwrap(p.ack)
-    first = min(seq_of.values())
-    sent_end = max(seq_of[id(p)] + p.payload for p in data)
+    # Data sequence and ACK numbers unwrapped in capture-time order with one
+    # unwrapper (one sequence space): transfers beyond 4 GB wrap it. Data
+    # before ACKs at equal times.
+    merged = np.concatenate([data, acks])
+    order = np.argsort(ts[merged], kind="stable")
+    is_data = np.arange(len(merged))[order] < len(data)
+    at = merged[order]
+    values = unwrap(np.where(is_data, cols.seq[at], cols.ack[at]))
+    seq_of = np.empty(len(data), dtype=np.int64)
+    ack_of = np.empty(len(acks), dtype=np.int64)
+    seq_of[order[is_data]] = values[is_data]
+    ack_of[order[~is_data] - len(data)] = values[~is_data]
+    first = int(seq_of.min())
+    sent_end = int((seq_of + cols.payload[data]).max())
     # A time-limited transfer is stopped before its last byte is acknowledged:
     # measure what it delivered, up to the highest cumulative ACK.
-    end = min(sent_end, max(ack_of.values()))
+    end = min(sent_end, int(ack_of.max()))
     if end <= first:
         return None
-    last_ack = next(p for p in acks if ack_of[id(p)] >= end)
+    last_ack_ts = float(ts[acks[np.flatnonzero(ack_of >= end)[0]]])
     method_parts: list[str] = []
     if end < sent_end:
         method_parts.append(f"cut short: {sent_end - end} bytes sent but never acknowledged")
 
     rtt_s = rtt_r = 0.0
-    syns = [p for p in packets if p.syn and not p.has_ack
-            and {(p.src, p.sport), (p.dst, p.dport)} == {s, r}]
+    syns = np.flatnonzero(syn & ~has_ack & (fwd | rev))
     start: float
-    initiator: tuple[str, int] | None = None
-    if syns:
+    initiator: tuple[int, int] | None = None
+    if len(syns):
         # The transfer starts with the first SYN: a retransmitted SYN is part
         # of the time the application waited.
-        first_syn, syn = syns[0], syns[-1]
-        initiator = (syn.src, syn.sport)
-        synack = next((p for p in packets if p.syn and p.has_ack and p.ts >= syn.ts
-                       and (p.src, p.sport) == (syn.dst, syn.dport)
-                       and (p.dst, p.dport) == (syn.src, syn.sport)), None)
+        first_syn, last = float(ts[syns[0]]), syns[-1]
+        initiator = (int(cols.src[last]), int(cols.sport[last]))
+        responder = (int(cols.dst[last]), int(cols.dport[last]))
+        synack = _first(syn & has_ack & (ts >= ts[last]) & cols.flow(responder, initiator))
         if synack is not None:
-            ack3 = next((p for p in packets if p.ts >= synack.ts and p.has_ack and not p.syn
-                         and (p.src, p.sport) == initiator
-                         and (p.dst, p.dport) == (syn.dst, syn.dport)), None)
+            ack3 = _first((ts >= ts[synack]) & has_ack & ~syn & cols.flow(initiator, responder))
             # The last SYN is the one the SYN/ACK answers: the vantage's RTT to the responder.
-            rtt_resp = synack.ts - syn.ts
-            rtt_init = (ack3.ts - synack.ts) if ack3 is not None else 0.0
+            rtt_resp = float(ts[synack] - ts[last])
+            rtt_init = float(ts[ack3] - ts[synack]) if ack3 is not None else 0.0
             if initiator == s:
                 rtt_s, rtt_r = rtt_init, rtt_resp
             else:
@@ -137,23 +132,23 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
                 method_parts.append(f"{len(syns) - 1} SYN retransmission(s): start at the first SYN")
             if ack3 is None:
                 method_parts.append("no third ACK: initiator side counted as 0")
-            start = first_syn.ts - rtt_init / 2
+            start = first_syn - rtt_init / 2
         else:
             method_parts.append("no SYN/ACK: vantage RTTs counted as 0")
-            start = first_syn.ts
+            start = first_syn
     else:
-        start = data[0].ts
+        start = float(ts[data[0]])
         method_parts.append("no SYN: start at first data segment, vantage RTTs counted as 0")
 
     nbytes = end - first
-    sender_end = last_ack.ts + rtt_s / 2
-    receiver_end = last_ack.ts - rtt_r / 2
+    sender_end = last_ack_ts + rtt_s / 2
+    receiver_end = last_ack_ts - rtt_r / 2
     sv = sender_end - start
     rv = receiver_end - start
     return SpoofingThroughput(
         data_bytes=nbytes,
         start=start,
-        last_ack_at_vantage=last_ack.ts,
+        last_ack_at_vantage=last_ack_ts,
         rtt_vantage_sender_ms=rtt_s * 1000,
         rtt_vantage_receiver_ms=rtt_r * 1000,
         sender_view_s=sv,
@@ -163,26 +158,27 @@ def spoofing_throughput(packets: list[TcpPacket], sender: str,
         method="; ".join(method_parts),
         sender_end=sender_end,
         receiver_end=receiver_end,
-        initiator=f"{initiator[0]}:{initiator[1]}" if initiator else None,
+        initiator=f"{cols.addrs[initiator[0]]}:{initiator[1]}" if initiator else None,
         complete=end >= sent_end,
-        first_syn=syns[0].ts if syns else None,
+        first_syn=float(ts[syns[0]]) if len(syns) else None,
     )
 
 
-def direction_times(packets: list[TcpPacket]) -> dict[tuple[str, str], tuple[float, float]]:
-    """First and last packet time per direction, keyed ("src:port", "dst:port").
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if len(hits) else None
 
-    One pass over the capture: captures with hundreds of connections are common.
-    """
-    times: dict[tuple[str, int, str, int], list[float]] = {}
-    for p in packets:
-        key = (p.src, p.sport, p.dst, p.dport)
-        t = times.get(key)
-        if t is None:
-            times[key] = [p.ts, p.ts]
-        else:
-            if p.ts < t[0]:
-                t[0] = p.ts
-            if p.ts > t[1]:
-                t[1] = p.ts
-    return {(f"{k[0]}:{k[1]}", f"{k[2]}:{k[3]}"): (v[0], v[1]) for k, v in times.items()}
+
+def direction_times(packets: Packets) -> dict[tuple[str, str], tuple[float, float]]:
+    """First and last packet time per direction, keyed ("src:port", "dst:port")."""
+    cols = columns(packets)
+    if len(cols) == 0:
+        return {}
+    rows, _, inverse = flows(cols.src, cols.sport, cols.dst, cols.dport, len(cols.addrs))
+    first = np.full(len(rows), np.inf)
+    last = np.full(len(rows), -np.inf)
+    np.minimum.at(first, inverse, cols.ts)
+    np.maximum.at(last, inverse, cols.ts)
+    a = cols.addrs
+    return {(f"{a[src]}:{sport}", f"{a[dst]}:{dport}"): (t0, t1)
+            for (src, sport, dst, dport), t0, t1 in zip(rows.tolist(), first.tolist(), last.tolist())}

@@ -188,21 +188,49 @@ tcp_frames = st.builds(
     st.tuples(st.integers(0, 65535), st.integers(0, 65535)), st.integers(0, 2**32 - 1),
     st.integers(0, 2**32 - 1), st.integers(0, 15), st.integers(0, 63), st.integers(0, 65535),
     st.one_of(st.binary(max_size=40), st.builds(
-        lambda blocks: b"\x01\x01\x05" + bytes([2 + 8 * len(blocks)]) + b"".join(struct.pack(">II", *b) for b in blocks),
-        st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)), max_size=4))),
+        lambda blocks, after: (b"\x01\x01\x05" + bytes([2 + 8 * len(blocks)])
+                               + b"".join(struct.pack(">II", *b) for b in blocks) + after),
+        st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)), max_size=4),
+        st.binary(max_size=16))),
     st.binary(max_size=8), st.integers(0, 120))
 
 
 @PROFILE
-@given(tcp_frames)
-def test_pcap_fast_path_reads_what_the_general_decoder_reads(frame):
-    """read_tcp's one-unpack path for Ethernet/IPv4/TCP agrees field for field
-    with the general decoder, and leaves to it every frame it does not take."""
-    from analysis.pcap import _decode, _fast_tcp
-    fast = _fast_tcp(frame, 0, len(frame), 12.5, {})
-    general = _decode(frame, 1, 12.5)
-    if fast is not None:
-        assert fast == general
-    else:
-        etype, vihl, frag, proto = struct.unpack_from(">12xHB5xHxB", frame) if len(frame) >= 24 else (0, 0, 0, 0)
-        assert not (len(frame) >= 54 and etype == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x1FFF)
+@given(st.lists(tcp_frames, max_size=8))
+def test_pcap_array_reader_reads_what_the_general_decoder_reads(frames):
+    """read_tcp's array path for Ethernet/IPv4 TCP and UDP agrees field for
+    field, and in capture order, with the general decoder frame by frame,
+    which reads every frame the array path leaves to it."""
+    from analysis.pcap import TcpPacket, _decode, read_tcp
+    want = [_decode(frame, 1, 1 + i / 1e6) for i, frame in enumerate(frames)]
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "x.pcap"
+        p.write_bytes(_pcap(frames, 1))
+        got = read_tcp(p)
+    assert got.records == len(frames) and not got.truncated
+    assert got.packets == [w for w in want if isinstance(w, TcpPacket)]
+    assert got.udp == [w for w in want if w is not None and not isinstance(w, TcpPacket)]
+    assert got.tcp.sack.tolist() == [len(w.sack) for w in want if isinstance(w, TcpPacket)]
+
+
+_options = st.lists(st.one_of(
+    st.sampled_from([b"\x01", b"\x00", b"\x02\x04\x05\xb4", b"\x08\x0a" + bytes(8), b"\x05\x01", b"\x05\x00"]),
+    st.builds(lambda n, junk: b"\x05" + bytes([2 + 8 * n]) + junk,
+              st.integers(0, 4), st.binary(min_size=0, max_size=40))), max_size=8).map(b"".join)
+
+
+@PROFILE
+@given(st.lists(st.tuples(_options, st.integers(0, 44)), max_size=12))
+def test_sack_block_counts_on_arrays_match_the_option_parser(segments):
+    """The array walk over every segment's options counts the blocks
+    _sack_blocks finds in each, with options cut anywhere (a snap length)."""
+    import numpy as np
+    from analysis.pcap import _sack_blocks, _sack_counts
+    buf, lo, hi = b"", [], []
+    for opts, cut in segments:
+        lo.append(len(buf))
+        buf += opts[:cut]
+        hi.append(len(buf))
+    b = np.frombuffer(buf + bytes(64), dtype=np.uint8)
+    got = _sack_counts(b, np.array(lo, dtype=np.int64), np.array(hi, dtype=np.int64))
+    assert got.tolist() == [len(_sack_blocks(buf[a:z])) for a, z in zip(lo, hi)]

@@ -7,6 +7,7 @@ import struct
 
 import pytest
 
+from analysis import acks
 from analysis.acks import MOD, Unwrapper, ack_rtt, sack_stats
 from analysis.pcap import TH_ACK, TH_FIN, TH_SYN, TcpPacket, _sack_blocks
 
@@ -92,3 +93,45 @@ def test_unwrapper() -> None:
     u = Unwrapper()
     assert [u(x) for x in (MOD - 2, MOD - 1, 0, 3, MOD - 1)] == [MOD - 2, MOD - 1, MOD, MOD + 3,
                                                                   MOD - 1]
+
+
+def _random_exchange(rng: random.Random, n: int, base: int) -> list[TcpPacket]:
+    """Segments (new, resent, SYN, FIN, empty) and ACKs (cumulative, in the
+    middle of a segment, duplicate, reordered, behind), sequence numbers near base."""
+    out: list[TcpPacket] = []
+    sent, ts = base, 0.0
+    ends: list[int] = []
+    for _ in range(n):
+        ts += rng.choice((0.0, 0.001, 0.01))
+        if rng.random() < 0.55:
+            if ends and rng.random() < 0.2:
+                start = rng.choice(ends) - rng.choice((1, 10, 100))
+            else:
+                start = sent
+            payload = rng.choice((0, 1, 10, 100))
+            flags = rng.choice((TH_ACK, TH_ACK, TH_SYN, TH_ACK | TH_FIN))
+            out.append(seg(ts, start % MOD, payload, flags))
+            end = start + payload + (1 if flags & (TH_SYN | TH_FIN) else 0)
+            ends.append(end)
+            sent = max(sent, end)
+        else:
+            n_ack = rng.choice(ends) if ends and rng.random() < 0.6 else sent - rng.randrange(0, 300)
+            flags = TH_ACK if rng.random() < 0.9 else 0
+            out.append(TcpPacket(ts, R[0], R[1], S[0], S[1], 1, n_ack % MOD, flags, 1000, 0))
+    return out
+
+
+@pytest.mark.parametrize("limit", [10000, 3])
+def test_ack_rtt_on_arrays_matches_the_walk(limit: int, monkeypatch) -> None:
+    """The array form forgets and matches segments as the one-at-a-time walk
+    does, across sequence wraps, and hands over to the walk when Wireshark's
+    limit of remembered segments is reached (3 here, to reach it often)."""
+    monkeypatch.setattr(acks, "MAX_UNACKED", limit)
+    rng = random.Random(41)
+    for trial in range(400):
+        base = rng.choice((1000, MOD - 500, rng.randrange(MOD)))
+        packets = _random_exchange(rng, rng.randrange(1, 60), base)
+        want = acks.ack_rtt_walk(packets, SENDER, RECEIVER)
+        got = ack_rtt(packets, SENDER, RECEIVER)
+        assert got.series == want.series, (trial, packets)
+        assert (got.samples, got.avg_ms, got.stdev_ms) == (want.samples, want.avg_ms, want.stdev_ms)
