@@ -55,6 +55,29 @@ def test_two_testbeds_at_once_do_not_collide(globalhawk):
         two.stop()
 
 
+def test_teardown_leaves_a_namespace_that_took_a_freed_number_alone(globalhawk):
+    """The kernel gives a freed namespace's inode number to the next one made,
+    so a run's recorded numbers can name another run's new node by the time
+    the run tears down. The teardown's sweep for stray processes kills only in
+    the namespaces its nodes still hold, never by a recorded number alone."""
+    from satbed.backends.testbed import Testbed
+    # Another run's node: a namespace with a process in it.
+    other = subprocess.Popen(["unshare", "--net", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while (inode := os.stat(f"/proc/{other.pid}/ns/net").st_ino) == os.stat("/proc/self/ns/net").st_ino:
+            assert time.monotonic() < deadline, "unshare did not make a namespace"
+            time.sleep(0.05)
+        tb = Testbed(globalhawk).start()
+        # As if one of this run's nodes had gone and its number had been given to the other's.
+        tb.record.netns["gone"] = inode
+        tb.stop()
+        assert other.poll() is None, "the teardown killed another run's process"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_ping_run_writes_result(tmp_path):
     cp = satbed("run", "--client", "ping", "--pep", "none", "--emulator", "bridge",
                 "--out", str(tmp_path))

@@ -25,7 +25,7 @@ from mininet.node import Node as MininetNode
 from satbed.core import proc
 from satbed.core.errors import SatbedError
 from satbed.core.proc import last_line
-from satbed.backends.records import RunRecord, netns_inode, tagged_env
+from satbed.backends.records import HeldNetns, RunRecord, tagged_env
 
 # Off on every port, so the emulator and captures see the packets of the
 # wire: tx is checksum offload (raw sockets would see partial sums);
@@ -143,13 +143,27 @@ class Node:
         self.procs: list[subprocess.Popen] = []
         self.sandbox = backend.sandbox(f"{prefix}-{name}", role, record)
         self.pid: int = self.sandbox.pid
+        self.netns: HeldNetns | None = None
         if self.sandbox.local:
-            record.netns[name] = netns_inode(self.pid) or 0
+            try:
+                self.netns = HeldNetns(self.pid)
+            except OSError as e:
+                raise SatbedError(f"{name}: its network namespace is gone: {e.strerror}") from None
+            record.netns[name] = self.netns.inode
             record.add_pid(self.pid)
-        self.run(["ip", "link", "set", "lo", "up"])
-        # No stray IPv6 link-local addresses or router solicitations in captures.
-        self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", must=False)
-        self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", must=False)
+        try:
+            self.run(["ip", "link", "set", "lo", "up"])
+            # No stray IPv6 link-local addresses or router solicitations in captures.
+            self.sysctl("net.ipv6.conf.all.disable_ipv6", "1", must=False)
+            self.sysctl("net.ipv6.conf.default.disable_ipv6", "1", must=False)
+        except BaseException:
+            self.release_netns()
+            raise
+
+    def release_netns(self) -> None:
+        """Let the namespace go (the kernel frees it once nothing else holds it)."""
+        if self.netns is not None:
+            self.netns.close()
 
     @property
     def mn(self):

@@ -41,6 +41,24 @@ def netns_inode(pid: int) -> int | None:
         return None
 
 
+class HeldNetns:
+    """A node's network namespace, held open from the node's start to its
+    testbed's teardown. The kernel gives a freed namespace's inode number to
+    the next namespace made (seen here within a second), so an inode names a
+    run's namespace only while the run holds it: without the hold, the
+    teardown's sweep for stray processes could reach a namespace another run
+    had just made with that number, and kill its node."""
+
+    def __init__(self, pid: int):
+        self.fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self.inode = os.fstat(self.fd).st_ino
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def start_time(pid: int) -> int | None:
     """The kernel's start time of a pid: tells a recorded process from a reused pid."""
     try:

@@ -131,8 +131,13 @@ class Testbed:
                     node.stop()
                 except Exception as e:  # keep tearing down the rest
                     errors.append(f"{node.name}: {e}")
-            # Anything that slipped into our namespaces without a record dies too.
-            records.kill_pids(records.processes_in_netns(set(self.record.netns.values())))
+            # Anything that slipped into our namespaces without a record dies
+            # too: namespaces still held, so the inodes are ours, not a
+            # namespace another run has just been given the number of.
+            nodes = list(self.nodes.values())
+            records.kill_pids(records.processes_in_netns({n.netns.inode for n in nodes if n.netns}))
+            for node in nodes:
+                node.release_netns()
             self.record.remove()
             self.started = False
             if errors:

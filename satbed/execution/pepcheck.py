@@ -376,7 +376,10 @@ def check(image: str, rate_bps: int = 8_000_000, rtt_ms: float = 600, log=None) 
         docker.docker("rm", "-f", name, check=False, timeout=60)
         for h in hosts:
             h.stop()
-        records.kill_pids(records.processes_in_netns(set(record.netns.values())))
+        # The hosts' namespaces are still held: their inodes are theirs (records.HeldNetns).
+        records.kill_pids(records.processes_in_netns({h.netns.inode for h in hosts if h.netns}))
+        for h in hosts:
+            h.release_netns()
         record.remove()
 
 
