@@ -1,4 +1,4 @@
-"""Minimal classic-pcap reader for TCP header fields.
+"""Minimal classic-pcap reader for TCP and UDP header fields, into arrays.
 
 tcptrace reports per-connection statistics only; a few metrics (per-direction
 first/last packet times, the handshake timing used to place a vantage point on
@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import cached_property
-from typing import Callable, Iterator, NamedTuple, Sequence, Union
+from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
@@ -41,9 +41,9 @@ class PcapError(Exception):
 
 
 class TcpPacket(NamedTuple):
-    """One TCP segment's header fields. A NamedTuple, not a frozen dataclass:
-    a 100 MB transfer's four captures make ~450k of them, and a frozen
-    dataclass's __init__ (a setattr per field) was half of reading them."""
+    """One TCP segment's header fields, for code that wants objects
+    (TcpColumns.packets; the views work on the columns). A NamedTuple, made
+    from a ready tuple, without a frozen dataclass's setattr per field."""
     ts: float
     src: str
     sport: int
@@ -525,13 +525,3 @@ def flows(src: np.ndarray, sport: np.ndarray, dst: np.ndarray, dport: np.ndarray
     uniq, first, inverse = np.unique(np.stack([src, sport, dst, dport], axis=1), axis=0,
                                      return_index=True, return_inverse=True)
     return uniq, first, inverse.reshape(-1)
-
-
-def iter_connection(packets: list[TcpPacket], a: tuple[str, int],
-                    b: tuple[str, int]) -> Iterator[tuple[bool, TcpPacket]]:
-    """Packets of the a<->b connection as (from_a, packet)."""
-    for p in packets:
-        if (p.src, p.sport) == a and (p.dst, p.dport) == b:
-            yield True, p
-        elif (p.src, p.sport) == b and (p.dst, p.dport) == a:
-            yield False, p

@@ -176,6 +176,10 @@ def test_the_container_shell_hands_back_the_dispositions(before, monkeypatch):
 
     class Node:
         procs: list = []
+        netns = None        # holds no namespace of its own
+
+        def release_netns(self) -> None:
+            pass
 
         def popen(self, args, **kw) -> Proc:
             assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN     # Ctrl-C is the command's
