@@ -83,11 +83,12 @@ experiment: build
 # test: everything once, testbeds shared per module, WORKERS xdist workers, the
 # longest units first (--dist loadgroup); `serial` tests (satbed clean) take turns.
 PYTEST := $(PY) -m pytest -q -rfEs --durations=10
-# xdist workers for `make test`. Three: with two, the cores were busy about
-# 55 % of a run (tests wait on satellite delays, time limits and container
-# starts); three gave 14 min 52 s of pytest against 19 min 59 s (2026-11-28,
-# docs/guide/tests.md). Four loaded the cores past what timing checks bear.
-WORKERS ?= 3
+# xdist workers for `make test`. Four: the tests spend much of a run waiting
+# (satellite delays, time limits, container starts, Ansible over SSH), so three
+# left the cores 72 % busy and took 15 min 33 s (2026-11-29 04:27 UTC, a fresh
+# clone, images warm); four, 82 % busy, took 14 min 23 s (04:44 UTC, the same
+# revision; docs/guide/tests.md).
+WORKERS ?= 4
 
 # The Go tests (-short: seconds, mostly waiting) run beside pytest, which
 # keeps both cores busy; their output follows pytest's.
