@@ -192,6 +192,26 @@ def test_commands_and_matrix_cells_start_without_matplotlib():
     assert out.stdout.strip() == "[]", f"imported at start: {out.stdout.strip()[:200]}"
 
 
+def _blas_threads(env: dict[str, str]) -> int:
+    """Threads of a process that imported satbed's command line and made one BLAS call."""
+    probe = ("import os, satbed.cli, numpy; a = numpy.ones((64, 64)); a @ a; "
+             "print(len(os.listdir('/proc/self/task')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**env, "PYTHONPATH": REPO},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+def test_numpy_runs_blas_on_one_thread_unless_told_otherwise():
+    """OpenBLAS keeps a thread per core spinning after each BLAS call: a run's
+    graphs cost 8-10 CPU-s with it and about 5 without (analysis/__init__.py).
+    A value the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    assert _blas_threads(env) == 1
+    if (os.cpu_count() or 1) >= 2:
+        assert _blas_threads({**env, "OPENBLAS_NUM_THREADS": "2"}) == 2
+
+
 def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     """The checks above can fail: a model module importing a backend is caught."""
     fake = tmp_path / "satbed" / "model"
