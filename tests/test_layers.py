@@ -192,9 +192,9 @@ def test_commands_and_matrix_cells_start_without_matplotlib():
     assert out.stdout.strip() == "[]", f"imported at start: {out.stdout.strip()[:200]}"
 
 
-def _blas_threads(env: dict[str, str]) -> int:
-    """Threads of a process that imported satbed's command line and made one BLAS call."""
-    probe = ("import os, satbed.cli, numpy; a = numpy.ones((64, 64)); a @ a; "
+def _blas_threads(env: dict[str, str], entry: str = "satbed.cli") -> int:
+    """Threads of a process that imported an entry point and made one BLAS call."""
+    probe = (f"import os, {entry}, numpy; a = numpy.ones((64, 64)); a @ a; "
              "print(len(os.listdir('/proc/self/task')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env={**env, "PYTHONPATH": REPO},
                          capture_output=True, text=True, timeout=60)
@@ -208,6 +208,7 @@ def test_numpy_runs_blas_on_one_thread_unless_told_otherwise():
     A value the user set is kept."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     assert _blas_threads(env) == 1
+    assert _blas_threads(env, "satbed.worker") == 1     # a matrix cell's child
     if (os.cpu_count() or 1) >= 2:
         assert _blas_threads({**env, "OPENBLAS_NUM_THREADS": "2"}) == 2
 
