@@ -100,6 +100,7 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 
 	ln := b.listen(t, 5002)
 	got := make(chan [32]byte, 1)
+	var receiverGaps []interval // read after got
 	go func() {
 		c, err := ln.AcceptTCP()
 		if err != nil {
@@ -108,7 +109,22 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 		}
 		defer c.Close()
 		h := sha256.New()
-		io.Copy(h, c)
+		rbuf := make([]byte, 64<<10)
+		last := time.Now()
+		for {
+			n, err := c.Read(rbuf)
+			if n > 0 {
+				now := time.Now()
+				if now.Sub(last) >= stallGap {
+					receiverGaps = append(receiverGaps, interval{last, now})
+				}
+				last = now
+				h.Write(rbuf[:n])
+			}
+			if err != nil {
+				break
+			}
+		}
 		var s [32]byte
 		copy(s[:], h.Sum(nil))
 		c.Write(s[:])
@@ -205,7 +221,7 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 	if s.BufferPackets != bufPackets || s.AckReserve != 0.8 || s.AccessFileErrors != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	checkDetections(t, filepath.Join(b.nodes[0].StateDir, "outages.jsonl"), windows[:], <-stalls)
+	checkDetections(t, filepath.Join(b.nodes[0].StateDir, "outages.jsonl"), windows[:], append(<-stalls, receiverGaps...))
 	t.Logf("high water %d of %d bytes, its WAN side %d of %d; last detection latency %.2f s", s.BufferHighWaterBytes, s.BufferLimitBytes, s.WanHighWaterBytes, s.WanCapBytes, s.LastDetectLatencyS)
 	// pepd's own share is exact: it reads the LAN socket only while the
 	// WAN side holds less than its cap. (Measured between a splice and its
@@ -263,28 +279,32 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 // outageWindow is when the test cut the link and when it restored it.
 type outageWindow struct{ down, up time.Time }
 
-// stallGap is how late a 10 ms tick must come for the test to count a
-// stall of its own host.
+// interval is a span in which nothing moved: this process held up, or B
+// receiving no bytes.
+type interval struct{ from, to time.Time }
+
+// stallGap is how long this process must be held up, or B go without a
+// byte, for the test to count a stall outside pepd: either stops the flow
+// of ACKs for pepd as a cut does, and pepd's floor is 200 ms.
 const stallGap = 100 * time.Millisecond
 
-// watchStalls counts, until stop is closed, the times this process was
-// held up by stallGap or more: a host that stalls can stop the flow of
-// ACKs for longer than pepd's 200 ms stall floor, which pepd then rightly
-// reads as an outage.
-func watchStalls(stop <-chan struct{}) <-chan int {
-	out := make(chan int, 1)
+// watchStalls returns, once stop is closed, the times this process was
+// held up by stallGap or more (a 10 ms tick that came that late).
+func watchStalls(stop <-chan struct{}) <-chan []interval {
+	out := make(chan []interval, 1)
 	go func() {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
-		n, last := 0, time.Now()
+		var stalls []interval
+		last := time.Now()
 		for {
 			select {
 			case <-stop:
-				out <- n
+				out <- stalls
 				return
 			case now := <-tick.C:
 				if now.Sub(last) >= stallGap {
-					n++
+					stalls = append(stalls, interval{last, now})
 				}
 				last = now
 			}
@@ -293,11 +313,24 @@ func watchStalls(stop <-chan struct{}) <-chan int {
 	return out
 }
 
+// overlapsCut reports whether s overlaps a cut or the half second after it.
+func overlapsCut(s interval, windows []outageWindow) bool {
+	for _, w := range windows {
+		if s.from.Before(w.up.Add(500*time.Millisecond)) && s.to.After(w.down) {
+			return true
+		}
+	}
+	return false
+}
+
 // checkDetections holds pepd's outages.jsonl to the schedule: every cut
-// detected once per connection, between the cut and shortly after the
-// link came back; any other detection a stall that ended within a second,
-// and no more of them than the stalls this process saw, plus one.
-func checkDetections(t *testing.T, path string, windows []outageWindow, stalls int) {
+// detected once per connection, between shortly before the cut (a stall
+// that ran into it) and shortly after the link came back; any other
+// detection a stall that ended within a second and that something outside
+// pepd explains: this process held up, or B going without a byte (the
+// path stalled: on a loaded host the kernel's softirq work, the tbf among
+// it, can wait behind other threads). At most one is left unexplained.
+func checkDetections(t *testing.T, path string, windows []outageWindow, stalls []interval) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -330,10 +363,15 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls i
 	at := func(x float64) time.Time { return time.Unix(0, int64(x*1e9)) }
 	perWindow := make([]map[uint64]int, len(windows))
 	var extra []string
+	unexplained := 0
 	for _, e := range downs {
+		d := at(e.Detected)
+		r, ok := recovered[key{e.ID, e.Detected}]
 		w := -1
 		for i, win := range windows {
-			if d := at(e.Detected); !d.Before(win.down) && !d.After(win.up.Add(500*time.Millisecond)) {
+			inCut := !d.Before(win.down) && !d.After(win.up.Add(500*time.Millisecond))
+			intoCut := d.Before(win.down) && !d.Before(win.down.Add(-time.Second)) && (!ok || at(r).After(win.down))
+			if inCut || intoCut {
 				w = i
 			}
 		}
@@ -344,12 +382,24 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls i
 			perWindow[w][e.ID]++
 			continue
 		}
-		r, ok := recovered[key{e.ID, e.Detected}]
 		if !ok || r-e.Detected > 1 {
 			t.Errorf("connection %d: an outage detected at %s outside every cut lasted %.2f s (recovered: %v), not a stall",
-				e.ID, at(e.Detected).Format("15:04:05.000"), r-e.Detected, ok)
+				e.ID, d.Format("15:04:05.000"), r-e.Detected, ok)
 		}
-		extra = append(extra, fmt.Sprintf("%s (%.2f s)", at(e.Detected).Format("15:04:05.000"), r-e.Detected))
+		// pepd saw no progress for at least its 200 ms floor before d. A
+		// gap that overlaps a cut is the cut's, and explains nothing else.
+		explained := false
+		for _, s := range stalls {
+			if s.to.After(d.Add(-time.Second)) && s.from.Before(d) && !overlapsCut(s, windows) {
+				explained = true
+			}
+		}
+		note := ""
+		if !explained {
+			unexplained++
+			note = ", unexplained"
+		}
+		extra = append(extra, fmt.Sprintf("%s (%.2f s%s)", d.Format("15:04:05.000"), r-e.Detected, note))
 	}
 	for i, ids := range perWindow {
 		if len(ids) == 0 {
@@ -362,8 +412,10 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls i
 		}
 	}
 	shown := extra[:min(len(extra), 10)]
-	if len(extra) > stalls+1 {
-		t.Errorf("%d detections outside the cuts (the first: %s) for %d stalls of this host of %v or more", len(extra), strings.Join(shown, ", "), stalls, stallGap)
+	if unexplained > 1 {
+		t.Errorf("%d detections outside the cuts that no stall of this host or gap at B of %v or more explains: %s",
+			unexplained, stallGap, strings.Join(shown, ", "))
 	}
-	t.Logf("%d cuts detected; %d detections outside them %v; %d host stalls of %v or more", len(windows), len(extra), shown, stalls, stallGap)
+	t.Logf("%d cuts detected; %d detections outside them %v; %d stalls of this host or gaps at B of %v or more",
+		len(windows), len(extra), shown, len(stalls), stallGap)
 }
