@@ -149,7 +149,9 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 				schedErr <- fmt.Errorf("outage %d: %w", i, err)
 				return
 			}
+			windows[i].downDone = time.Now()
 			time.Sleep(1500 * time.Millisecond)
+			windows[i].upCalled = time.Now()
 			if err := run(up); err != nil {
 				schedErr <- fmt.Errorf("end of outage %d: %w", i, err)
 				return
@@ -276,8 +278,10 @@ func ackReservationAcrossOutages(t *testing.T, rate bool) {
 	}
 }
 
-// outageWindow is when the test cut the link and when it restored it.
-type outageWindow struct{ down, up time.Time }
+// outageWindow is when the test cut the link and when it restored it:
+// the cut was in force from downDone (its command had returned) to
+// upCalled at least, and from down to up at most.
+type outageWindow struct{ down, downDone, upCalled, up time.Time }
 
 // interval is a span in which nothing moved: this process held up, or B
 // receiving no bytes.
@@ -313,23 +317,23 @@ func watchStalls(stop <-chan struct{}) <-chan []interval {
 	return out
 }
 
-// overlapsCut reports whether s overlaps a cut or the half second after it.
-func overlapsCut(s interval, windows []outageWindow) bool {
-	for _, w := range windows {
-		if s.from.Before(w.up.Add(500*time.Millisecond)) && s.to.After(w.down) {
-			return true
-		}
-	}
-	return false
-}
+// edge is how far around a cut the path is still in transition: before
+// it, a stall already under way runs into it (and is the cut's detection);
+// after it, the sender's retransmission timer (wan_rto_max=1s) may leave a
+// gap between the first progress and the rest (a detection of its own).
+const edge = time.Second
 
-// checkDetections holds pepd's outages.jsonl to the schedule: every cut
-// detected once per connection, between shortly before the cut (a stall
-// that ran into it) and shortly after the link came back; any other
-// detection a stall that ended within a second and that something outside
-// pepd explains: this process held up, or B going without a byte (the
-// path stalled: on a loaded host the kernel's softirq work, the tbf among
-// it, can wait behind other threads). At most one is left unexplained.
+// checkDetections holds pepd's outages.jsonl to the schedule:
+//   - every cut detected exactly once per connection: by a detection whose
+//     span (detected to recovered) overlaps the time the cut was surely in
+//     force, made no earlier than a second before the cut (a stall that ran
+//     into it) and no later than half a second after it. Two such
+//     detections would mean pepd saw progress in the middle of a cut.
+//   - any other detection lasted at most a second, and something outside
+//     pepd explains it: this process held up, or B going without a byte
+//     (a gap that began outside the cuts: on a loaded host the kernel's
+//     softirq work, the tbf among it, can wait behind other threads), or
+//     the second after a cut's end. At most one is left unexplained.
 func checkDetections(t *testing.T, path string, windows []outageWindow, stalls []interval) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
@@ -361,17 +365,21 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls [
 		}
 	}
 	at := func(x float64) time.Time { return time.Unix(0, int64(x*1e9)) }
+	clock := func(x time.Time) string { return x.Format("15:04:05.000") }
 	perWindow := make([]map[uint64]int, len(windows))
 	var extra []string
 	unexplained := 0
 	for _, e := range downs {
 		d := at(e.Detected)
 		r, ok := recovered[key{e.ID, e.Detected}]
+		end := at(r)
+		if !ok {
+			end = d.Add(time.Hour)
+		}
 		w := -1
 		for i, win := range windows {
-			inCut := !d.Before(win.down) && !d.After(win.up.Add(500*time.Millisecond))
-			intoCut := d.Before(win.down) && !d.Before(win.down.Add(-time.Second)) && (!ok || at(r).After(win.down))
-			if inCut || intoCut {
+			if !d.Before(win.down.Add(-edge)) && !d.After(win.up.Add(500*time.Millisecond)) &&
+				d.Before(win.upCalled) && end.After(win.downDone) {
 				w = i
 			}
 		}
@@ -384,31 +392,39 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls [
 		}
 		if !ok || r-e.Detected > 1 {
 			t.Errorf("connection %d: an outage detected at %s outside every cut lasted %.2f s (recovered: %v), not a stall",
-				e.ID, d.Format("15:04:05.000"), r-e.Detected, ok)
+				e.ID, clock(d), r-e.Detected, ok)
 		}
-		// pepd saw no progress for at least its 200 ms floor before d. A
-		// gap that overlaps a cut is the cut's, and explains nothing else.
-		explained := false
-		for _, s := range stalls {
-			if s.to.After(d.Add(-time.Second)) && s.from.Before(d) && !overlapsCut(s, windows) {
-				explained = true
+		// pepd saw no progress for at least its 200 ms floor before d.
+		why := ""
+		for _, win := range windows {
+			if d.After(win.upCalled) && !d.After(win.up.Add(edge)) {
+				why = "a cut's end"
 			}
 		}
-		note := ""
-		if !explained {
-			unexplained++
-			note = ", unexplained"
+		for _, s := range stalls {
+			if why == "" && s.to.After(d.Add(-time.Second)) && s.from.Before(d) && !startsInCut(s, windows) {
+				why = fmt.Sprintf("a stall %s-%s", clock(s.from), clock(s.to))
+			}
 		}
-		extra = append(extra, fmt.Sprintf("%s (%.2f s%s)", d.Format("15:04:05.000"), r-e.Detected, note))
+		if why == "" {
+			unexplained++
+			why = "unexplained"
+		}
+		extra = append(extra, fmt.Sprintf("%s (%.2f s, %s)", clock(d), r-e.Detected, why))
 	}
 	for i, ids := range perWindow {
 		if len(ids) == 0 {
-			t.Errorf("cut %d (%s to %s): no outage detected", i+1, windows[i].down.Format("15:04:05.000"), windows[i].up.Format("15:04:05.000"))
+			t.Errorf("cut %d (%s to %s): no outage detected", i+1, clock(windows[i].down), clock(windows[i].up))
 		}
 		for id, n := range ids {
 			if n > 1 {
-				t.Errorf("cut %d: connection %d detected it %d times", i+1, id, n)
+				t.Errorf("cut %d (%s to %s): connection %d detected it %d times", i+1, clock(windows[i].down), clock(windows[i].up), id, n)
 			}
+		}
+	}
+	if t.Failed() {
+		for _, e := range downs {
+			t.Logf("detection: connection %d at %s, recovered at %s", e.ID, clock(at(e.Detected)), clock(at(recovered[key{e.ID, e.Detected}])))
 		}
 	}
 	shown := extra[:min(len(extra), 10)]
@@ -418,4 +434,15 @@ func checkDetections(t *testing.T, path string, windows []outageWindow, stalls [
 	}
 	t.Logf("%d cuts detected; %d detections outside them %v; %d stalls of this host or gaps at B of %v or more",
 		len(windows), len(extra), shown, len(stalls), stallGap)
+}
+
+// startsInCut reports whether s began during a cut or the half second
+// after it: B's gap then is the cut's own, and explains nothing else.
+func startsInCut(s interval, windows []outageWindow) bool {
+	for _, w := range windows {
+		if !s.from.Before(w.down) && s.from.Before(w.up.Add(500*time.Millisecond)) {
+			return true
+		}
+	}
+	return false
 }
