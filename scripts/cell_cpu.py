@@ -11,8 +11,9 @@ have exited too. Each process in the group is read every --interval seconds
 or for Python the satbed part it runs (the CLI, a matrix cell's worker).
 Processes that live shorter than the interval are missed by the samples;
 the difference between the group's total and the samples' sum says how much
-that was. The machine's own busy time over the command (/proc/stat: all but
-idle, iowait and steal) is printed beside it: work done in interrupt context
+that was. The machine's own busy time over the command is printed beside
+it (/proc/stat: the cores' wall time less idle and iowait, and what the
+tick counted busy): work done in interrupt context
 (timers, packets received while a core idled) is charged to no control
 group, so on an otherwise quiet machine the machine's figure is the cell's
 whole cost. Root only (the group is made under /sys/fs/cgroup). Exit status:
@@ -102,12 +103,15 @@ def cpu_of(pid: int) -> tuple[float, float] | None:
     return int(fields[11]) / HZ, int(fields[12]) / HZ
 
 
-def machine_times() -> tuple[float, float]:
-    """(busy, steal) CPU seconds of the whole machine since boot, from /proc/stat."""
+def machine_times() -> tuple[float, float, float]:
+    """(busy, idle, steal) CPU seconds of the whole machine since boot, from
+    /proc/stat. Busy is sampled by the scheduler's tick, which misses work
+    done between ticks on a core that idles without one (NO_HZ); idle is
+    measured, so wall time less idle is the figure to trust where they differ."""
     with open("/proc/stat", encoding="ascii") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     # user nice system idle iowait irq softirq steal (guest time is inside user)
-    return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ, v[7] / HZ
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / HZ, (v[3] + v[4]) / HZ, v[7] / HZ
 
 
 def main(argv: list[str]) -> int:
@@ -126,7 +130,7 @@ def main(argv: list[str]) -> int:
         return 2
     seen: dict[int, tuple[str, float, float]] = {}
     started = time.monotonic()
-    busy0, steal0 = machine_times()
+    busy0, idle0, steal0 = machine_times()
     try:
         # The child joins the group before it executes the command.
         proc = subprocess.Popen(command, preexec_fn=lambda: _join(group.path))
@@ -143,7 +147,7 @@ def main(argv: list[str]) -> int:
             proc.wait()
         wall = time.monotonic() - started
         total = group.cpu_s()
-        busy1, steal1 = machine_times()
+        busy1, idle1, steal1 = machine_times()
     finally:
         group.remove()
     table: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
@@ -156,8 +160,10 @@ def main(argv: list[str]) -> int:
     print(f"wall {wall:.1f} s; CPU {total:.2f} s in all, {sampled:.2f} s in the samples "
           f"({total - sampled:.2f} s in processes shorter than {args.interval:g} s)")
     own = os.times()
-    print(f"the machine: {busy1 - busy0:.2f} CPU s busy, {steal1 - steal0:.2f} s stolen, "
-          f"over {os.cpu_count()} cores; this sampler's own share {own.user + own.system:.2f} s")
+    not_idle = (os.cpu_count() or 1) * wall - (idle1 - idle0)
+    print(f"the machine: {not_idle:.2f} CPU s not idle ({busy1 - busy0:.2f} s counted busy by the tick), "
+          f"{steal1 - steal0:.2f} s stolen, over {os.cpu_count()} cores; "
+          f"this sampler's own share {own.user + own.system:.2f} s")
     print(f"{'CPU s':>8} {'user':>7} {'system':>7} {'procs':>5}  process")
     for name, (user, system, n) in sorted(table.items(), key=lambda kv: -(kv[1][0] + kv[1][1])):
         print(f"{user + system:8.2f} {user:7.2f} {system:7.2f} {int(n):5d}  {name}")

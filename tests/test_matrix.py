@@ -198,31 +198,43 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert admit.budget == 1.6
     assert 0.1 < fast[0].cost < 0.12 and slow[-1].cost < 0.035     # 7.6 Mbit/s vs a loss-bound crawl
     running: list = []
-    while (i := admit.pick(fast, running)) is not None:
+    while (i := admit.pick(fast, [(c, 0.0) for c in running])) is not None:
         running.append(fast.pop(i))
     assert len(running) == 14                    # 14 x 0.114 cores: a fifteenth would pass 1.6
     full = list(running)
     running.pop()                                # one ends: four crawling ones fit in its place
-    while (i := admit.pick(slow, running)) is not None:
+    while (i := admit.pick(slow, [(c, 0.0) for c in running])) is not None:
         running.append(slow.pop(i))
     assert len(running) == 17
     assert sum(c.cost for c in running) <= 1.6
     assert admit.pick([], []) is None and admit.pick(full, []) == 0
-    # The measured load vetoes what the model would admit (another program, a model too low).
-    assert admit.pick(full, full[:1], busy=0.5) == 0 and admit.pick(full, full[:1], busy=1.5) is None
+    # Measured: the busy cores stand for the cells past their warm-up, the
+    # model for those still in it. Settled cells that cost less than the
+    # model said leave room; the same cells warming do not.
+    assert all(c.warmup_s > 30 for c in full)
+    settled = [(c, c.warmup_s) for c in full]
+    warm = [(c, c.warmup_s - 1) for c in full]
+    assert admit.pick(full, settled) is None                      # no measurement: the model alone
+    assert admit.pick(full, settled, busy=0.5) == 0               # 14 cells measured at 0.5 cores
+    assert admit.pick(full, warm, busy=0.5) is None
+    assert admit.pick(full, settled, busy=1.55) is None           # another program, or a model too low
+    assert admission.Admission.load(settled[:2] + warm[:1], 0.25) == pytest.approx(0.25 + full[0].cost)
     meter = admission.CpuMeter()
     meter.sample()
     sum(range(300000))
+    time.sleep(0.1)     # every core's counters move (100 ticks a second)
     meter.sample()
     assert 0 <= meter.busy_cores() <= meter.cores
+    per_core = meter.busy_by_core()
+    assert set(per_core) == set(range(meter.cores)) and all(0 <= v <= 1 for v in per_core.values())
     # Memory bounds the count; a fixed --jobs ignores cost.
     assert admission.Admission.for_host(None, {"cores": 2, "mem_available": 600 << 20}).max_cells == 2
     fixed = admission.Admission.for_host(3, host)
-    assert fixed.pick(full, full[:2]) == 0 and fixed.pick(full, full[:3]) is None
+    assert fixed.pick(full, settled[:2]) == 0 and fixed.pick(full, settled[:3]) is None
     # A cell whose cost exceeds the budget (1 Gbit/s) still runs, alone.
     big = full[0]
     big.cost = 20.0
-    assert admit.pick([big], []) == 0 and admit.pick([big], full[:1]) is None
+    assert admit.pick([big], []) == 0 and admit.pick([big], settled[1:2]) is None
     # The wall time simulation: four 100 s full-rate cells fit at once.
     assert admit.simulate(full[1:5], [100, 100, 100, 100]) == 100
     assert admission.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
@@ -241,6 +253,9 @@ def test_cells_are_placed_on_the_least_loaded_core():
     # A cell that may need more than a core runs free and weighs on both alike.
     assert two.pick(PIN_MAX_COST + 0.01, running) is None
     assert two.pick(0.1, [(1.0, None), (0.2, frozenset({1}))]) == frozenset({0})
+    # Measured: each core's busy share, and the warming cells on top.
+    assert two.pick(0.1, [], {0: 0.7, 1: 0.2}) == frozenset({1})
+    assert two.pick(0.1, [(0.6, frozenset({1}))], {0: 0.7, 1: 0.2}) == frozenset({0})
     # One core: nothing to choose, nothing pinned; other cores than 0 and 1.
     assert CorePlacement((0,)).pick(0.1, []) is None
     assert CorePlacement((2, 5)).pick(0.1, [(0.1, frozenset({2}))]) == frozenset({5})

@@ -264,7 +264,7 @@ PEPD_STATS = {"name": "pepd", "connections_split": 8, "connections_active": 3, "
     ("no pid file", 1, "pepd not running"),
 ])
 def test_pepd_health_answers_with_no_program_but_find(tmp_path, case, exit_status, says):
-    """The harness asks every PEP's adapter for its health every 2 s of a
+    """The harness asks every PEP's adapter for its health every 5 s of a
     transfer; each program an adapter starts costs about 2 ms of CPU on a
     small VM (13 a call were a tenth of a Global Hawk cell's CPU). With only
     `find` on PATH, pepd's health still says the right thing in each case."""
@@ -318,7 +318,7 @@ def netns(name: str):
     ("dead", 1, "pepsal not running"),
 ])
 def test_pepsal_health_starts_nothing_but_nft(tmp_path, case, exit_status, says):
-    """Like pepd's: PEPsal's health, asked every 2 s, reads the listener from
+    """Like pepd's: PEPsal's health, asked every 5 s, reads the listener from
     /proc/net/tcp itself; nft, which it needs for the rules, is all it may
     start."""
     tools = tmp_path / "tools"
@@ -360,7 +360,7 @@ def test_pepsal_health_starts_nothing_but_nft(tmp_path, case, exit_status, says)
     ("dead", 1, "SCPS gateway not running"),
 ])
 def test_scps_health_starts_no_program(tmp_path, case, exit_status, says):
-    """The SCPS gateway's health, asked every 2 s, reads its bridges, their
+    """The SCPS gateway's health, asked every 5 s, reads its bridges, their
     ports and flags from sysfs with shell builtins: with nothing on PATH it
     still tells a built bridge pair from a broken one."""
     tools = tmp_path / "tools"

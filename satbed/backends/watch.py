@@ -1,5 +1,5 @@
 """The path's health during a transfer: the PEPs and the emulators are
-checked before the client starts, every couple of seconds while it runs, and
+checked before the client starts, every few seconds while it runs, and
 after it ends. A dead PEP or emulator ends the transfer within seconds and is
 named as the failure, on either side, instead of the client it stranded
 (which would otherwise fail only at its own timeout, minutes later)."""
@@ -16,7 +16,10 @@ from satbed.core import signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import last_line
 
-INTERVAL_S = 2.0
+# Each check runs every PEP's adapter in its node: a few processes and some
+# milliseconds of CPU a call on a small VM, for every second of every cell of
+# a matrix. Five seconds still names a dead PEP long before a client's own timeout.
+INTERVAL_S = 5.0
 
 
 class PathDown(SatbedError):

@@ -1,5 +1,6 @@
-"""Which cells may run at once: their modelled CPU cost against the cores
-(Admission), checked against the measured load (CpuMeter)."""
+"""Which cells may run at once (Admission) and on which core (CorePlacement):
+the load the cores measurably carry (CpuMeter), plus the modelled cost of
+the cells too young for theirs to show in it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import collections
 import os
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 from satbed.model.experiment import Cell
 
@@ -31,40 +33,67 @@ def host_info() -> dict:
 
 
 class CpuMeter:
-    """Busy cores over the last few seconds, from /proc/stat: the admission's
-    check on its own model, which does not know what else the machine runs
-    or how a cell's cost grows when many share the cores."""
+    """Busy cores over the last few seconds, from /proc/stat, in all and per
+    core: what the running cells cost, whatever the model says, and what
+    else the machine runs. Busy is the time a core was not idle, of the
+    wall-clock time: on this development VM the counters of a busy core fall
+    12-16 % short of the clock with no steal recorded (time the hypervisor
+    took), and a core that did not run is no core free for a cell."""
+
+    HZ = os.sysconf("SC_CLK_TCK")
 
     def __init__(self, window_s: float = 5.0):
         self.window_s = window_s
+        # (monotonic time, {"cpu" or core number: idle and iowait ticks})
         self.samples: collections.deque = collections.deque()
         self.cores = os.cpu_count() or 1
 
     def sample(self) -> None:
         try:
             with open("/proc/stat", encoding="ascii") as f:
-                v = [int(x) for x in f.readline().split()[1:]]
+                idle = {}
+                for line in f:
+                    if not line.startswith("cpu"):
+                        break
+                    name, _, _, _, idle_ticks, iowait, *_ = line.split()
+                    idle["cpu" if name == "cpu" else int(name[3:])] = int(idle_ticks) + int(iowait)
         except (OSError, ValueError):
             return
         now = time.monotonic()
-        self.samples.append((now, sum(v) - v[3] - v[4], sum(v)))   # busy (all but idle, iowait), total
+        self.samples.append((now, idle))
         while len(self.samples) > 2 and now - self.samples[1][0] > self.window_s:
             self.samples.popleft()
 
-    def busy_cores(self) -> float:
+    def _busy(self, key, cores: int) -> float | None:
+        """Busy cores among `cores` (one core, or all as "cpu") over the window."""
         if len(self.samples) < 2:
-            return 0.0
-        (_, b0, t0), (_, b1, t1) = self.samples[0], self.samples[-1]
-        return self.cores * (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+            return None
+        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
+        if key not in first or key not in last or t1 <= t0:
+            return None
+        idle = (last[key] - first[key]) / self.HZ / (t1 - t0)
+        return min(float(cores), max(0.0, cores - idle))
+
+    def busy_cores(self) -> float:
+        busy = self._busy("cpu", self.cores)
+        return busy if busy is not None else 0.0
+
+    def busy_by_core(self) -> dict[int, float]:
+        """Each core's busy share (0..1); empty before two samples."""
+        if len(self.samples) < 2:
+            return {}
+        found = {k: self._busy(k, 1) for k in self.samples[-1][1] if k != "cpu"}
+        return {k: v for k, v in found.items() if v is not None}
 
 
 @dataclass
 class Admission:
     """Which pending cell may start now. `--jobs N` runs N cells whatever they
-    cost. By default cells start while their summed cost stays within
-    CPU_SHARE of the cores (and memory holds them): a Global Hawk matrix then
-    runs its loss-bound TCP cells, long but nearly idle, beside as many
-    full-rate cells as the CPU carries without slowing any of them."""
+    cost. By default a cell starts while the running cells' load (load())
+    and its own modelled cost stay within CPU_SHARE of the cores, and memory
+    holds them: a Global Hawk matrix then runs its loss-bound TCP cells, long
+    but nearly idle, beside as many full-rate cells as the CPU carries
+    without slowing any of them."""
     jobs: int | None
     budget: float         # cores
     max_cells: int
@@ -75,9 +104,10 @@ class Admission:
         by_mem = int(host["mem_available"] / CELL_MEMORY) if host["mem_available"] else 64
         return cls(jobs, CPU_SHARE * host["cores"], max(1, by_mem))
 
-    def pick(self, pending: list[Cell], running: list[Cell], busy: float | None = None) -> int | None:
-        """Index of the first pending cell that fits beside the running ones:
-        by their modelled cost and, given the measured busy cores, by that too."""
+    def pick(self, pending: list[Cell], running: Sequence[tuple[Cell, float]],
+             busy: float | None = None) -> int | None:
+        """Index of the first pending cell that fits beside the running ones
+        (each with the seconds it has run), or None."""
         if not pending:
             return None
         if self.jobs is not None:
@@ -86,11 +116,25 @@ class Admission:
             return 0
         if len(running) >= self.max_cells:
             return None
-        used = sum(c.cost for c in running)
+        used = self.load(running, busy)
         for i, c in enumerate(pending):
-            if used + c.cost <= self.budget and (busy is None or busy + c.cost <= self.budget):
+            if used + c.cost <= self.budget:
                 return i
         return None
+
+    @staticmethod
+    def load(running: Sequence[tuple[Cell, float]], busy: float | None) -> float:
+        """Cores the running cells take. Measured (busy) for the cells past
+        their warm-up (Cell.warmup_s: the testbed built, the transfer past
+        its handshakes and slow start), whose steady cost then shows in it;
+        the model's figure on top for each cell still in its warm-up. The
+        model is a guess made once for every machine (a loss-bound TCP cell
+        took a fifth of what it gave it, docs/benchmarks/matrix.md); the
+        measurement is this machine, now, with whatever else it runs.
+        Without a measurement, the model alone."""
+        if busy is None:
+            return sum(c.cost for c, _ in running)
+        return busy + sum(c.cost for c, age in running if warming(c, age))
 
     def parallel(self, cells: list[Cell]) -> float:
         """Cells expected at once, for the ETA."""
@@ -112,7 +156,7 @@ class Admission:
         now = 0.0
         while pending or running:
             while True:
-                i = self.pick([c for c, _ in pending], [c for _, c in running])
+                i = self.pick([c for c, _ in pending], [(c, 0.0) for _, c in running])
                 if i is None:
                     break
                 c, t = pending.pop(i)
@@ -138,15 +182,24 @@ class CorePlacement:
     def for_host(cls) -> "CorePlacement":
         return cls(tuple(sorted(os.sched_getaffinity(0))))
 
-    def pick(self, cost: float, running: list[tuple[float, frozenset[int] | None]]) -> frozenset[int] | None:
+    def pick(self, cost: float, running: list[tuple[float, frozenset[int] | None]],
+             measured: dict[int, float] | None = None) -> frozenset[int] | None:
         """The core for a cell of this modelled cost beside the running
-        cells (each its cost and the cores it was given); None: no pinning."""
+        cells (each its cost and the cores it was given), on top of each
+        core's measured busy share where given (then the running cells are
+        the ones still in their warm-up, as for Admission.load); None: no
+        pinning."""
         if len(self.cores) < 2 or cost > PIN_MAX_COST:
             return None
-        load = {c: 0.0 for c in self.cores}
+        load = {c: (measured or {}).get(c, 0.0) for c in self.cores}
         for c_cost, cpus in running:
             if cpus is None:
                 continue    # spread over every core: weighs on all alike
             for c in cpus & load.keys():
                 load[c] += c_cost / len(cpus)
         return frozenset({min(self.cores, key=lambda c: (load[c], c))})
+
+
+def warming(cell: Cell, age_s: float) -> bool:
+    """A running cell whose steady cost does not show in the measured load yet."""
+    return age_s < cell.warmup_s

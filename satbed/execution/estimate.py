@@ -17,6 +17,9 @@ from satbed.results.store import CellRow, Store
 
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
+LOADED_SETUP_S = 30         # the longest testbed build seen in a full matrix on 2 cores
+WARMUP_RTTS = 15            # handshakes (an SSH login, FTP's control channel) and slow start
+WARMUP_EXTRA_S = 10         # for the load meter's window to fill with the transfer
 
 
 MATHIS_C = 3.0
@@ -94,6 +97,14 @@ def cell_cost(cfg: RunConfig) -> float:
     return IDLE_CORES + per_mbit * expected_goodput(cfg) / 1e6 + background_cost(cfg)
 
 
+def warmup_seconds(cfg: RunConfig) -> float:
+    """How long after its start a cell's steady cost may not show in the
+    measured load yet (admission.Admission.load): its testbed's build, which
+    a full matrix stretches to several times SETUP_S, the traffic's head
+    start, the handshakes and the transfer's slow start, in round trips."""
+    return LOADED_SETUP_S + cfg.main_delay_s + WARMUP_RTTS * cfg.link.rtt_ms / 1000 + WARMUP_EXTRA_S
+
+
 def background_cost(cfg: RunConfig) -> float:
     """Background traffic can fill the fastest emulated link: model it as a
     TCP transfer at that rate (unshaped links count as 100 Mbit/s)."""
@@ -112,6 +123,7 @@ def assess(exp: Experiment) -> Experiment:
         cell.estimate_s = estimate_seconds(cfg)
         cell.timeout_s = float(exp.timeout) if exp.timeout else default_timeout(cfg)
         cell.cost = cell_cost(cfg)
+        cell.warmup_s = warmup_seconds(cfg)
     return exp
 
 

@@ -15,7 +15,7 @@ from typing import TextIO
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission, CorePlacement
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, warming
 from satbed.execution.children import Child, clean_leftovers, collect, collect_cell, spawn, stop_children
 from satbed.execution.slurm import SlurmExecutor, Task
 from satbed.model.experiment import Cell, Experiment
@@ -51,10 +51,13 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     # Placed on the cores as a matrix places them (supervisor.run_matrix).
     cores = CorePlacement.for_host() if backend == "mininet" else None
 
+    meter = CpuMeter()
+
     def start(cell: Cell, name: str, beside: list[Child]) -> Child:
         d = os.path.join(root, name)
-        cpus = cores.pick(cell.cost, [(c.cell.cost, c.cpus) for c in beside]) if cores else None
         now = time.monotonic()
+        cpus = cores.pick(cell.cost, [(c.cell.cost, c.cpus) for c in beside if warming(c.cell, now - c.mono)],
+                          meter.busy_by_core()) if cores else None
         return Child(cell, spawn(cell, d, backend, cpus), time.time(), now, now + cell.timeout_s, cpus=cpus)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
@@ -62,13 +65,19 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
         nonlocal started
         bg: list[Child] = []
         beside: list[int] = []
+        ref: Child | None = None
         try:
             def refill() -> None:
                 nonlocal started
                 bg[:] = [c for c in bg if c.proc.poll() is None]
+                meter.sample()
                 while with_others:
                     nxt = others[started % len(others)]
-                    if admit.pick([nxt], [base] + [c.cell for c in bg]) is None:
+                    now = time.monotonic()
+                    # The reference's place is kept from the start: it counts as a cell just started until it is one.
+                    ref_age = now - ref.mono if ref is not None else 0.0
+                    if admit.pick([nxt], [(base, ref_age)] + [(c.cell, now - c.mono) for c in bg],
+                                  meter.busy_cores()) is None:
                         break
                     bg.append(start(nxt, f"{tag}-bg{started}", bg))
                     started += 1

@@ -22,7 +22,7 @@ from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info, warming
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
                                        collect_cell, read_exit, running_child, signal_child, spawn, stop_children)
@@ -214,13 +214,15 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         try:
             while pending or running:
                 meter.sample()
-                pick = admit.pick([b[0] for b in pending], [c.cell for c in running.values()], meter.busy_cores())
-                if pick is not None and time.monotonic() - last_spawn >= SPAWN_GAP_S:
-                    last_spawn = time.monotonic()
+                now = time.monotonic()
+                pick = admit.pick([b[0] for b in pending], [(c.cell, now - c.mono) for c in running.values()],
+                                  meter.busy_cores())
+                if pick is not None and now - last_spawn >= SPAWN_GAP_S:
+                    last_spawn = now
                     cells = pending.pop(pick)
-                    cpus = cores.pick(cells[0].cost, [(c.cell.cost, c.cpus) for c in running.values()]) \
-                        if cores else None
-                    now = time.monotonic()
+                    cpus = cores.pick(cells[0].cost, [(c.cell.cost, c.cpus) for c in running.values()
+                                                      if warming(c.cell, now - c.mono)],
+                                      meter.busy_by_core()) if cores else None
                     if len(cells) == 1:
                         proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend, cpus)
                         ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s, cpus=cpus)

@@ -79,6 +79,7 @@ class Cell:
     estimate_s: float = 0.0      # expected wall time, for scheduling and the ETA
     timeout_s: float = 0.0
     cost: float = 0.0            # cores it keeps busy, for admission
+    warmup_s: float = 0.0        # from its start until that cost shows in the measured load
 
     def label(self) -> str:
         p = self.params
