@@ -29,7 +29,7 @@ from satbed.core import crash, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.settings import Settings
-from satbed.execution import checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
+from satbed.execution import cellgroup, checklink, estimate, fidelity, matrix, pepcheck, runner, supervisor
 from satbed.execution.slurm import SlurmExecutor
 from satbed.model import experiment, params, scenario, topology
 from satbed.model.config import RunConfig
@@ -270,6 +270,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
             # A bad inventory must not keep this machine's leftovers: they are cleaned, then it is said.
             remote_error = e
     done += clean()
+    done += [f"control group {g} removed" for g in cellgroup.remove_leftovers()]
     # Containers of runs killed before their record listed them.
     done += [f"container {c} removed" for c in docker.clean_orphans()]
     print("\n".join(done) if done else "nothing to clean")

@@ -198,27 +198,32 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert admit.budget == 1.6
     assert 0.1 < fast[0].cost < 0.12 and slow[-1].cost < 0.035     # 7.6 Mbit/s vs a loss-bound crawl
     running: list = []
-    while (i := admit.pick(fast, [(c, 0.0) for c in running])) is not None:
+    while (i := admit.pick(fast, [admission.Running(c, 0.0) for c in running])) is not None:
         running.append(fast.pop(i))
     assert len(running) == 14                    # 14 x 0.114 cores: a fifteenth would pass 1.6
     full = list(running)
     running.pop()                                # one ends: four crawling ones fit in its place
-    while (i := admit.pick(slow, [(c, 0.0) for c in running])) is not None:
+    while (i := admit.pick(slow, [admission.Running(c, 0.0) for c in running])) is not None:
         running.append(slow.pop(i))
     assert len(running) == 17
     assert sum(c.cost for c in running) <= 1.6
     assert admit.pick([], []) is None and admit.pick(full, []) == 0
-    # Measured: the busy cores stand for the cells past their warm-up, the
-    # model for those still in it. Settled cells that cost less than the
-    # model said leave room; the same cells warming do not.
-    assert all(c.warmup_s > 30 for c in full)
-    settled = [(c, c.warmup_s) for c in full]
-    warm = [(c, c.warmup_s - 1) for c in full]
+    # Measured: the busy cores hold the cells as they are now; a cell still
+    # warming up adds what its model says it is yet to take (less what its
+    # control group measures). Settled cells that cost less than the model
+    # said leave room; the same cells warming do not.
+    assert all(c.warmup_s >= 20 for c in full)
+    settled = [admission.Running(c, c.warmup_s) for c in full]
+    warm = [admission.Running(c, c.warmup_s - 1) for c in full]
     assert admit.pick(full, settled) is None                      # no measurement: the model alone
     assert admit.pick(full, settled, busy=0.5) == 0               # 14 cells measured at 0.5 cores
     assert admit.pick(full, warm, busy=0.5) is None
     assert admit.pick(full, settled, busy=1.55) is None           # another program, or a model too low
-    assert admission.Admission.load(settled[:2] + warm[:1], 0.25) == pytest.approx(0.25 + full[0].cost)
+    load = admission.Admission.load
+    assert load(settled[:2] + warm[:1], 0.25) == pytest.approx(0.25 + full[0].cost)
+    measured = [w._replace(cores=0.04) for w in warm[:3]]
+    assert load(measured, 0.25) == pytest.approx(0.25 + sum(c.cost - 0.04 for c in full[:3]))
+    assert load([warm[0]._replace(cores=5.0)], 0.25) == 0.25   # above its model: all of it is in busy already
     meter = admission.CpuMeter()
     meter.sample()
     sum(range(300000))
@@ -238,6 +243,45 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     # The wall time simulation: four 100 s full-rate cells fit at once.
     assert admit.simulate(full[1:5], [100, 100, 100, 100]) == 100
     assert admission.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
+
+
+@needs_root
+def test_a_cells_control_group_counts_what_it_started_and_goes_when_it_ends():
+    """The admission reads a warming cell's load from its group: every
+    process the worker starts, a daemon that left the worker's session (as
+    the PEPs do) included. The group goes once its last process has."""
+    from satbed.execution import cellgroup
+    busy = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
+    # The worker's stand-in starts nothing before it is in the group (spawn_worker's order).
+    worker = subprocess.Popen(["sh", "-c", f"sleep 0.3; setsid -f sh -c '{busy}'"])
+    group = cellgroup.CellGroup.make(worker.pid)
+    assert group is not None and os.path.basename(group.path) == f"{cellgroup.PREFIX}{worker.pid}"
+    group.sample()
+    assert not group.remove()                      # the worker is in it
+    worker.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while True:
+        group.sample()
+        if group.remove():
+            break
+        assert time.monotonic() < deadline         # the daemon, reparented, keeps it
+        time.sleep(0.1)
+    assert group.samples[-1][1] > 0.1              # CPU-s: the daemon's loop, not just the shell's start
+    assert not os.path.exists(group.path)
+    # A killed matrix's empty group is removed by the next; a live one stays.
+    live = subprocess.Popen(["sleep", "30"])
+    kept = cellgroup.CellGroup.make(live.pid)
+    left = cellgroup.CellGroup.make(os.getpid())
+    assert kept is not None and left is not None
+    with open(os.path.join(os.path.dirname(left.path), "cgroup.procs"), "w", encoding="ascii") as f:
+        f.write(str(os.getpid()))                  # this process back out of it
+    try:
+        assert cellgroup.remove_leftovers() == [left.path]
+        assert os.path.isdir(kept.path)
+    finally:
+        live.kill()
+        live.wait()
+        assert cellgroup.remove_all([kept]) == []
 
 
 def test_cells_are_placed_on_the_least_loaded_core():

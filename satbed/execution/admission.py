@@ -8,7 +8,7 @@ import collections
 import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from satbed.model.experiment import Cell
 
@@ -86,6 +86,13 @@ class CpuMeter:
         return {k: v for k, v in found.items() if v is not None}
 
 
+class Running(NamedTuple):
+    """A running cell as the admission sees it."""
+    cell: Cell
+    age_s: float                  # since it started
+    cores: float | None = None    # what its control group measured over the last seconds; None: unknown
+
+
 @dataclass
 class Admission:
     """Which pending cell may start now. `--jobs N` runs N cells whatever they
@@ -104,10 +111,8 @@ class Admission:
         by_mem = int(host["mem_available"] / CELL_MEMORY) if host["mem_available"] else 64
         return cls(jobs, CPU_SHARE * host["cores"], max(1, by_mem))
 
-    def pick(self, pending: list[Cell], running: Sequence[tuple[Cell, float]],
-             busy: float | None = None) -> int | None:
-        """Index of the first pending cell that fits beside the running ones
-        (each with the seconds it has run), or None."""
+    def pick(self, pending: list[Cell], running: Sequence[Running], busy: float | None = None) -> int | None:
+        """Index of the first pending cell that fits beside the running ones, or None."""
         if not pending:
             return None
         if self.jobs is not None:
@@ -123,18 +128,19 @@ class Admission:
         return None
 
     @staticmethod
-    def load(running: Sequence[tuple[Cell, float]], busy: float | None) -> float:
-        """Cores the running cells take. Measured (busy) for the cells past
-        their warm-up (Cell.warmup_s: the testbed built, the transfer past
-        its handshakes and slow start), whose steady cost then shows in it;
-        the model's figure on top for each cell still in its warm-up. The
-        model is a guess made once for every machine (a loss-bound TCP cell
-        took a fifth of what it gave it, docs/benchmarks/matrix.md); the
-        measurement is this machine, now, with whatever else it runs.
-        Without a measurement, the model alone."""
+    def load(running: Sequence[Running], busy: float | None) -> float:
+        """Cores the running cells take. The measured busy cores, which
+        hold every cell's load as it is now, plus what each cell still in
+        its warm-up (Cell.warmup_s: the testbed's build, the handshakes and
+        slow start) is yet to add: its modelled cost less what its control
+        group measures (all of it where nothing is measured). The model is a
+        guess made once for every machine (the loss-bound TCP cells that
+        open a Global Hawk matrix took less than half of what it gave them,
+        docs/benchmarks/matrix.md); the measurement is this machine, now,
+        with whatever else it runs. Without a measurement, the model alone."""
         if busy is None:
-            return sum(c.cost for c, _ in running)
-        return busy + sum(c.cost for c, age in running if warming(c, age))
+            return sum(r.cell.cost for r in running)
+        return busy + sum(max(0.0, r.cell.cost - (r.cores or 0.0)) for r in running if warming(r.cell, r.age_s))
 
     def parallel(self, cells: list[Cell]) -> float:
         """Cells expected at once, for the ETA."""
@@ -146,7 +152,8 @@ class Admission:
     def describe(self) -> str:
         if self.jobs is not None:
             return f"--jobs {self.jobs}"
-        return f"cells started while their cost fits {self.budget:.1f} cores (at most {self.max_cells})"
+        return (f"cells started while the measured load and the starting cells' modelled cost fit "
+                f"{self.budget:.1f} cores (at most {self.max_cells})")
 
     def simulate(self, cells: list[Cell], seconds: list[float]) -> float:
         """Wall time of running cells (in this order, each taking its seconds)
@@ -156,7 +163,7 @@ class Admission:
         now = 0.0
         while pending or running:
             while True:
-                i = self.pick([c for c, _ in pending], [(c, 0.0) for _, c in running])
+                i = self.pick([c for c, _ in pending], [Running(c, 0.0) for _, c in running])
                 if i is None:
                     break
                 c, t = pending.pop(i)

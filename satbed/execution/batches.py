@@ -23,6 +23,7 @@ import subprocess
 from satbed.backends import records
 from satbed.core import paths
 from satbed.core.errors import SatbedError
+from satbed.execution.cellgroup import CellGroup
 from satbed.execution.children import CHILD_FILE, running_child, spawn_worker
 from satbed.execution.estimate import SETUP_S
 from satbed.model.experiment import Cell
@@ -97,10 +98,11 @@ def batch_estimate(batch: list[Cell]) -> float:
 
 
 def spawn_batch(cells: list[Cell], out: str, backend: str,
-                cpus: frozenset[int] | None = None) -> tuple[subprocess.Popen, str]:
+                cpus: frozenset[int] | None = None) -> tuple[subprocess.Popen, CellGroup | None]:
     """Several cells in one child process on one testbed (runner.run_batch).
     Each cell keeps its own directory, written as it finishes (cell.exit
-    last); the testbed's own files go to OUT/batches/ID."""
+    last); the testbed's own files go to OUT/batches/ID. Returns the child
+    and its control group (children.spawn_worker)."""
     ident = hashlib.sha256("".join(c.hash for c in cells).encode()).hexdigest()[:16]
     batch_dir = os.path.join(out, "batches", ident)
     for c in cells:
@@ -123,10 +125,10 @@ def spawn_batch(cells: list[Cell], out: str, backend: str,
                       f, indent=2, sort_keys=True, default=str)
     with open(os.path.join(batch_dir, BATCH_FILE), "w", encoding="utf-8") as f:
         json.dump({"cells": [c.hash for c in cells], "backend": backend}, f, indent=2)
-    child = spawn_worker(["batch", batch_dir], os.path.join(batch_dir, "matrix.log"), cpus)
+    child, group = spawn_worker(["batch", batch_dir], os.path.join(batch_dir, "matrix.log"), cpus)
     # Who runs the cells, so a matrix resumed after this one was killed adopts them.
     who = {"pid": child.pid, "start": records.start_time(child.pid)}
     for d in [batch_dir, *(os.path.join(out, "cells", c.hash) for c in cells)]:
         with open(os.path.join(d, CHILD_FILE), "w", encoding="utf-8") as f:
             json.dump(who, f)
-    return child, batch_dir
+    return child, group

@@ -18,6 +18,8 @@ from satbed.backends.testbed import clean
 from satbed.core import paths
 from satbed.core.errors import SatbedError
 from satbed.core.proc import REPO_ROOT
+from satbed.execution.admission import Running, warming
+from satbed.execution.cellgroup import CellGroup
 from satbed.model.experiment import Cell
 from satbed.results.metrics import run_metrics
 from satbed.results.store import CellRow
@@ -42,6 +44,7 @@ class Child:
     batch: list[Cell] = field(default_factory=list)   # a batch's cells not yet collected, `cell` first
     out: str = ""             # the results directory (a batch's cells are collected from it one by one)
     cpus: frozenset[int] | None = None   # the cores it was pinned to (admission.CorePlacement); None: all
+    group: CellGroup | None = None       # its control group (cellgroup), where one could be made
 
     def next_cell(self) -> None:
         """The batch's current cell was collected: the clock starts for the next."""
@@ -111,18 +114,20 @@ def read_exit(cell_dir: str) -> int:
         return -signal.SIGKILL
 
 
-def spawn(cell: Cell, cell_dir: str, backend: str, cpus: frozenset[int] | None = None) -> subprocess.Popen:
+def spawn(cell: Cell, cell_dir: str, backend: str,
+          cpus: frozenset[int] | None = None) -> tuple[subprocess.Popen, CellGroup | None]:
     """One cell in a child process with its own session: Ctrl-C in the
     terminal reaches only the parent, which then stops children in order.
-    cpus: the cores it and everything it starts may run on (None: all)."""
+    cpus: the cores it and everything it starts may run on (None: all).
+    Returns the child and its control group (spawn_worker)."""
     if running_child(cell_dir):
         raise SatbedError(f"cell {cell.hash} is still running (never delete a live cell's directory)")
     write_cell(cell, cell_dir, backend)
-    child = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"), cpus)
+    child, group = spawn_worker(["cell", cell_dir], os.path.join(cell_dir, "matrix.log"), cpus)
     # Who runs the cell, so a matrix resumed after this one was killed adopts it.
     with open(os.path.join(cell_dir, CHILD_FILE), "w", encoding="utf-8") as f:
         json.dump({"pid": child.pid, "start": records.start_time(child.pid)}, f)
-    return child
+    return child, group
 
 
 def write_cell(cell: Cell, cell_dir: str, backend: str) -> None:
@@ -146,10 +151,12 @@ def read_node(cell_dir: str) -> dict:
     return doc if isinstance(doc, dict) and isinstance(doc.get("node"), str) else {}
 
 
-def spawn_worker(args: list[str], log_path: str, cpus: frozenset[int] | None = None) -> subprocess.Popen:
-    """The worker process; with cpus, pinned to those cores before it starts
-    anything (its processes inherit the affinity: the namespaces' hosts,
-    satemu, the PEPs, captures)."""
+def spawn_worker(args: list[str], log_path: str,
+                 cpus: frozenset[int] | None = None) -> tuple[subprocess.Popen, CellGroup | None]:
+    """The worker process and its control group (cellgroup.CellGroup, None
+    where none can be made); with cpus, pinned to those cores. Both before
+    it starts anything: its processes (the namespaces' hosts, satemu, the
+    PEPs, captures) inherit the affinity and the group."""
     log = open(log_path, "w", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # Every cell alike, whatever --jobs: satemu's busy-waiting (its default
@@ -162,15 +169,28 @@ def spawn_worker(args: list[str], log_path: str, cpus: frozenset[int] | None = N
                                  start_new_session=True, cwd=REPO_ROOT)
     finally:
         log.close()
+    # Popen returns once the worker has executed Python, which starts no
+    # thread or process before its imports: it and all it starts run on cpus
+    # and in the group. A child gone already has nothing left to pin.
+    group = CellGroup.make(child.pid)
     if cpus:
-        # Popen returns once the worker has executed Python, which starts
-        # no thread or process before its imports: it and all it starts run
-        # on cpus. A child gone already has nothing left to pin.
         try:
             os.sched_setaffinity(child.pid, cpus)
         except ProcessLookupError:
             pass
-    return child
+    return child, group
+
+
+def as_running(children: list[Child], now: float) -> list[Running]:
+    """The running cells as the admission weighs them; the control groups
+    of those still warming up are read now (their load over the last seconds)."""
+    seen = []
+    for ch in children:
+        age = now - ch.mono
+        if ch.group is not None and warming(ch.cell, age):
+            ch.group.sample()
+        seen.append(Running(ch.cell, age, ch.group.cores() if ch.group is not None else None))
+    return seen
 
 
 def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:

@@ -17,9 +17,10 @@ from satbed.results.store import CellRow, Store
 
 SETUP_S = 8                 # building and removing one testbed, measured on 2 cores
 ANALYSIS_S_PER_MB = 0.12    # tcptrace metrics of four header captures, per MB transferred
-LOADED_SETUP_S = 30         # the longest testbed build seen in a full matrix on 2 cores
-WARMUP_RTTS = 15            # handshakes (an SSH login, FTP's control channel) and slow start
-WARMUP_EXTRA_S = 10         # for the load meter's window to fill with the transfer
+LOADED_SETUP_S = 15         # a testbed's build in a full Global Hawk matrix on 2 cores: at most 8.3 s seen
+WARMUP_RTTS = 20            # handshakes and slow start: an SSH login through pepd at 600 ms and BER 1e-5
+                            # took up to 14.4 s to its first byte
+WARMUP_EXTRA_S = 5          # the load meter's window
 
 
 MATHIS_C = 3.0

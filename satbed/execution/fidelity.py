@@ -15,8 +15,9 @@ from typing import TextIO
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission, CorePlacement, CpuMeter, warming
-from satbed.execution.children import Child, clean_leftovers, collect, collect_cell, spawn, stop_children
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, Running, warming
+from satbed.execution import cellgroup
+from satbed.execution.children import Child, as_running, clean_leftovers, collect, collect_cell, spawn, stop_children
 from satbed.execution.slurm import SlurmExecutor, Task
 from satbed.model.experiment import Cell, Experiment
 from satbed.results.store import CellRow
@@ -56,9 +57,12 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str, beside: list[Child]) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        cpus = cores.pick(cell.cost, [(c.cell.cost, c.cpus) for c in beside if warming(c.cell, now - c.mono)],
+        seen = as_running(beside, now)
+        cpus = cores.pick(cell.cost, [(max(0.0, r.cell.cost - (r.cores or 0.0)), c.cpus)
+                                      for r, c in zip(seen, beside) if warming(r.cell, r.age_s)],
                           meter.busy_by_core()) if cores else None
-        return Child(cell, spawn(cell, d, backend, cpus), time.time(), now, now + cell.timeout_s, cpus=cpus)
+        proc, group = spawn(cell, d, backend, cpus)
+        return Child(cell, proc, time.time(), now, now + cell.timeout_s, cpus=cpus, group=group)
 
     def measure(tag: str, with_others: bool) -> tuple[float | None, list[int]]:
         """The reference's goodput, and how many cells ran beside it (sampled)."""
@@ -69,15 +73,16 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
         try:
             def refill() -> None:
                 nonlocal started
-                bg[:] = [c for c in bg if c.proc.poll() is None]
+                ended = [c for c in bg if c.proc.poll() is not None]
+                bg[:] = [c for c in bg if c not in ended]
+                cellgroup.remove_all([c.group for c in ended if c.group is not None])
                 meter.sample()
                 while with_others:
                     nxt = others[started % len(others)]
                     now = time.monotonic()
                     # The reference's place is kept from the start: it counts as a cell just started until it is one.
-                    ref_age = now - ref.mono if ref is not None else 0.0
-                    if admit.pick([nxt], [(base, ref_age)] + [(c.cell, now - c.mono) for c in bg],
-                                  meter.busy_cores()) is None:
+                    ref_seen = as_running([ref], now) if ref is not None else [Running(base, 0.0)]
+                    if admit.pick([nxt], ref_seen + as_running(bg, now), meter.busy_cores()) is None:
                         break
                     bg.append(start(nxt, f"{tag}-bg{started}", bg))
                     started += 1
@@ -100,6 +105,7 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
             stop_children(bg)
             if bg:
                 clean_leftovers()
+            cellgroup.remove_all([c.group for c in [*bg, *([ref] if ref else [])] if c.group is not None])
         if row.status == "ok" and row.goodput_bps:
             return row.goodput_bps, beside
         stream.write(f"  {tag}: {row.status} {row.error or 'no goodput'}\n")

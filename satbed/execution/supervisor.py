@@ -22,10 +22,13 @@ from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
+from satbed.execution import cellgroup
 from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info, warming
 from satbed.execution.batches import plan_batches, spawn_batch
-from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, clean_leftovers, collect,
-                                       collect_cell, read_exit, running_child, signal_child, spawn, stop_children)
+from satbed.execution.cellgroup import CellGroup
+from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, as_running, clean_leftovers,
+                                       collect, collect_cell, read_exit, running_child, signal_child, spawn,
+                                       stop_children)
 from satbed.execution.estimate import fmt_s
 from satbed.execution.slurm import SlurmExecutor, array_dir, tasks_for
 from satbed.model import peps, topology
@@ -171,6 +174,8 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
             counts[UNAVAILABLE] = len(missing)
         outcome = "interrupted"
         last_spawn = -SPAWN_GAP_S
+        emptied: list[CellGroup] = []     # the groups of ended cells, removed once their last process is gone
+        cellgroup.remove_leftovers()        # of a killed matrix's cells, once they ended
 
         def record(ch: Child, cell_dir: str, override: str | None = None, rc: int | None = None) -> None:
             put(ch.cell, collect(ch, cell_dir, override, rc))
@@ -215,21 +220,23 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
             while pending or running:
                 meter.sample()
                 now = time.monotonic()
-                pick = admit.pick([b[0] for b in pending], [(c.cell, now - c.mono) for c in running.values()],
-                                  meter.busy_cores())
+                seen = as_running(list(running.values()), now)
+                pick = admit.pick([b[0] for b in pending], seen, meter.busy_cores())
                 if pick is not None and now - last_spawn >= SPAWN_GAP_S:
                     last_spawn = now
                     cells = pending.pop(pick)
-                    cpus = cores.pick(cells[0].cost, [(c.cell.cost, c.cpus) for c in running.values()
-                                                      if warming(c.cell, now - c.mono)],
+                    cpus = cores.pick(cells[0].cost, [(max(0.0, r.cell.cost - (r.cores or 0.0)), c.cpus)
+                                                      for r, c in zip(seen, running.values())
+                                                      if warming(r.cell, r.age_s)],
                                       meter.busy_by_core()) if cores else None
                     if len(cells) == 1:
-                        proc = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend, cpus)
-                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s, cpus=cpus)
+                        proc, group = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend, cpus)
+                        ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s, cpus=cpus,
+                                   group=group)
                     else:
-                        proc, _ = spawn_batch(cells, out, backend, cpus)
+                        proc, group = spawn_batch(cells, out, backend, cpus)
                         ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s,
-                                   batch=list(cells), out=out, cpus=cpus)
+                                   batch=list(cells), out=out, cpus=cpus, group=group)
                     running[cells[0].hash] = ch
                 for h, ch in list(running.items()):
                     collect_finished(ch)
@@ -260,6 +267,9 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                         if ch.batch:
                             pending.insert(0, list(ch.batch))
                     del running[h]
+                    if ch.group is not None:
+                        emptied.append(ch.group)
+                emptied[:] = [g for g in emptied if not g.remove()]
                 progress.draw([(c.cell, c.mono) for c in running.values()], [c for b in pending for c in b])
                 time.sleep(0.2)
             outcome = "complete"
@@ -279,10 +289,12 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                             # Only the cell under way is interrupted; the batch's later cells never started.
                             record(ch, os.path.join(out, "cells", ch.cell.hash), "interrupted")
                     clean_leftovers()
+                    cellgroup.remove_all(emptied + [c.group for c in running.values() if c.group is not None])
                 finally:
                     store.end_run(run_id, outcome)
             raise
         progress.close()
+        cellgroup.remove_all(emptied)
         store.end_run(run_id, outcome)
         stream.write(f"satbed matrix: {exp.name} complete in {fmt_s(time.monotonic() - progress.started)}; "
                      f"`satbed report {out}` writes {os.path.join(out, 'report.html')}\n")
