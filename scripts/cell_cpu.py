@@ -52,8 +52,16 @@ class Group:
         return cls(path, v2)
 
     def pids(self) -> list[int]:
-        with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as f:
-            return [int(p) for p in f.read().split()]
+        """The processes in the group and in the groups under it (a matrix
+        puts each cell's worker in one of its own)."""
+        found = []
+        for d, _, _ in os.walk(self.path):
+            try:
+                with open(os.path.join(d, "cgroup.procs"), encoding="ascii") as f:
+                    found += [int(p) for p in f.read().split()]
+            except OSError:
+                continue    # removed as its cell ended
+        return found
 
     def cpu_s(self) -> float:
         if self.v2:
