@@ -35,10 +35,11 @@ def host_info() -> dict:
 class CpuMeter:
     """Busy cores over the last few seconds, from /proc/stat, in all and per
     core: what the running cells cost, whatever the model says, and what
-    else the machine runs. Busy is the time a core was not idle, of the
-    wall-clock time: on this development VM the counters of a busy core fall
-    12-16 % short of the clock with no steal recorded (time the hypervisor
-    took), and a core that did not run is no core free for a cell."""
+    else the machine runs. Busy is the wall-clock time a core was not idle:
+    the busy counters are sampled by the scheduler's tick, which misses work
+    done between ticks on a core that sleeps without one, and during a
+    matrix on the development VM they fell 12-16 % short of the clock
+    (docs/benchmarks/matrix.md); idle time is measured."""
 
     HZ = os.sysconf("SC_CLK_TCK")
 

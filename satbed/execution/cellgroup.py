@@ -26,6 +26,8 @@ def _own_group() -> tuple[str, bool] | None:
     except OSError:
         return None
     for line in lines:
+        if line.count(":") < 2:
+            continue
         hier, controllers, path = line.split(":", 2)
         if v2 and hier == "0":
             return os.path.join(V2_ROOT, path.lstrip("/")), True
