@@ -224,6 +224,10 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     measured = [w._replace(cores=0.04) for w in warm[:3]]
     assert load(measured, 0.25) == pytest.approx(0.25 + sum(c.cost - 0.04 for c in full[:3]))
     assert load([warm[0]._replace(cores=5.0)], 0.25) == 0.25   # above its model: all of it is in busy already
+    # Placement weighs the same remainders, on the cores they were pinned to.
+    pinned = [m._replace(cpus=frozenset({1})) for m in measured]
+    assert admission.pending_load(pinned + settled[:2] + [warm[0]._replace(cores=5.0)]) == \
+        [pytest.approx((c.cost - 0.04, frozenset({1}))) for c in full[:3]]
     meter = admission.CpuMeter()
     meter.sample()
     sum(range(300000))

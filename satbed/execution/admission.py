@@ -92,6 +92,19 @@ class Running(NamedTuple):
     cell: Cell
     age_s: float                  # since it started
     cores: float | None = None    # what its control group measured over the last seconds; None: unknown
+    cpus: frozenset[int] | None = None   # the cores it was pinned to (CorePlacement); None: all
+
+    @property
+    def warming(self) -> bool:
+        """Its steady cost does not show in the measured load yet (Cell.warmup_s)."""
+        return self.age_s < self.cell.warmup_s
+
+    @property
+    def yet_to_add(self) -> float:
+        """Cores it is expected to add to the measured load: while warming,
+        its modelled cost less what its control group measures (all of it
+        where nothing is measured); nothing once settled."""
+        return max(0.0, self.cell.cost - (self.cores or 0.0)) if self.warming else 0.0
 
 
 @dataclass
@@ -141,7 +154,7 @@ class Admission:
         with whatever else it runs. Without a measurement, the model alone."""
         if busy is None:
             return sum(r.cell.cost for r in running)
-        return busy + sum(max(0.0, r.cell.cost - (r.cores or 0.0)) for r in running if warming(r.cell, r.age_s))
+        return busy + sum(r.yet_to_add for r in running)
 
     def parallel(self, cells: list[Cell]) -> float:
         """Cells expected at once, for the ETA."""
@@ -194,9 +207,8 @@ class CorePlacement:
              measured: dict[int, float] | None = None) -> frozenset[int] | None:
         """The core for a cell of this modelled cost beside the running
         cells (each its cost and the cores it was given), on top of each
-        core's measured busy share where given (then the running cells are
-        the ones still in their warm-up, as for Admission.load); None: no
-        pinning."""
+        core's measured busy share where given (then the running cells'
+        costs are what they are yet to add: pending_load); None: no pinning."""
         if len(self.cores) < 2 or cost > PIN_MAX_COST:
             return None
         load = {c: (measured or {}).get(c, 0.0) for c in self.cores}
@@ -208,6 +220,8 @@ class CorePlacement:
         return frozenset({min(self.cores, key=lambda c: (load[c], c))})
 
 
-def warming(cell: Cell, age_s: float) -> bool:
-    """A running cell whose steady cost does not show in the measured load yet."""
-    return age_s < cell.warmup_s
+
+def pending_load(running: Sequence[Running]) -> list[tuple[float, frozenset[int] | None]]:
+    """What the warming cells are yet to add, and where, for CorePlacement.pick
+    beside the measured load."""
+    return [(r.yet_to_add, r.cpus) for r in running if r.yet_to_add > 0]

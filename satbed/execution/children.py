@@ -18,7 +18,7 @@ from satbed.backends.testbed import clean
 from satbed.core import paths
 from satbed.core.errors import SatbedError
 from satbed.core.proc import REPO_ROOT
-from satbed.execution.admission import Running, warming
+from satbed.execution.admission import Running
 from satbed.execution.cellgroup import CellGroup
 from satbed.model.experiment import Cell
 from satbed.results.metrics import run_metrics
@@ -186,10 +186,11 @@ def as_running(children: list[Child], now: float) -> list[Running]:
     of those still warming up are read now (their load over the last seconds)."""
     seen = []
     for ch in children:
-        age = now - ch.mono
-        if ch.group is not None and warming(ch.cell, age):
+        r = Running(ch.cell, now - ch.mono, cpus=ch.cpus)
+        if ch.group is not None and r.warming:
             ch.group.sample()
-        seen.append(Running(ch.cell, age, ch.group.cores() if ch.group is not None else None))
+            r = r._replace(cores=ch.group.cores())
+        seen.append(r)
     return seen
 
 

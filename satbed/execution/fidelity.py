@@ -15,9 +15,10 @@ from typing import TextIO
 from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
-from satbed.execution.admission import Admission, CorePlacement, CpuMeter, Running, warming
 from satbed.execution import cellgroup
-from satbed.execution.children import Child, as_running, clean_leftovers, collect, collect_cell, spawn, stop_children
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, Running, pending_load
+from satbed.execution.children import (Child, as_running, clean_leftovers, collect, collect_cell, spawn,
+                                       stop_children)
 from satbed.execution.slurm import SlurmExecutor, Task
 from satbed.model.experiment import Cell, Experiment
 from satbed.results.store import CellRow
@@ -57,10 +58,8 @@ def fidelity(exp: Experiment, out: str, jobs: int | None = None, rounds: int = 3
     def start(cell: Cell, name: str, beside: list[Child]) -> Child:
         d = os.path.join(root, name)
         now = time.monotonic()
-        seen = as_running(beside, now)
-        cpus = cores.pick(cell.cost, [(max(0.0, r.cell.cost - (r.cores or 0.0)), c.cpus)
-                                      for r, c in zip(seen, beside) if warming(r.cell, r.age_s)],
-                          meter.busy_by_core()) if cores else None
+        cpus = cores.pick(cell.cost, pending_load(as_running(beside, now)), meter.busy_by_core()) \
+            if cores else None
         proc, group = spawn(cell, d, backend, cpus)
         return Child(cell, proc, time.time(), now, now + cell.timeout_s, cpus=cpus, group=group)
 

@@ -23,7 +23,7 @@ from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
 from satbed.execution import cellgroup
-from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info, warming
+from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info, pending_load
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.cellgroup import CellGroup
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, as_running, clean_leftovers,
@@ -225,10 +225,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                 if pick is not None and now - last_spawn >= SPAWN_GAP_S:
                     last_spawn = now
                     cells = pending.pop(pick)
-                    cpus = cores.pick(cells[0].cost, [(max(0.0, r.cell.cost - (r.cores or 0.0)), c.cpus)
-                                                      for r, c in zip(seen, running.values())
-                                                      if warming(r.cell, r.age_s)],
-                                      meter.busy_by_core()) if cores else None
+                    cpus = cores.pick(cells[0].cost, pending_load(seen), meter.busy_by_core()) if cores else None
                     if len(cells) == 1:
                         proc, group = spawn(cells[0], os.path.join(out, "cells", cells[0].hash), backend, cpus)
                         ch = Child(cells[0], proc, time.time(), now, now + cells[0].timeout_s, cpus=cpus,
