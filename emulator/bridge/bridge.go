@@ -86,7 +86,8 @@ type Options struct {
 	// counted by the port); at least 2048.
 	FrameSize int
 	// RTPriority, if > 0, runs the transmit threads under SCHED_FIFO at that
-	// priority so other load cannot delay departures.
+	// priority so other load cannot delay departures; at 0 they run at
+	// nice -20 with a short slice (txSched.start).
 	RTPriority int
 	// RTShare, if > 0, is the share of a CPU above which a transmit thread
 	// leaves SCHED_FIFO for nice -20 (see txSched): the kernel's real-time

@@ -101,13 +101,18 @@ func newTxSched(name string, prio int, limit float64, warn func(string, ...any),
 	return s
 }
 
-// start applies the initial class on the calling (locked) thread.
+// start applies the initial class on the calling (locked) thread: real
+// time, or without a priority the ordinary class a busy thread is demoted
+// to (nice -20 and a short slice), so a departure still preempts the
+// cell's other work on a shared CPU.
 func (s *txSched) start(now time.Duration) {
 	s.winStart, s.cpuStart = now, s.cpu()
 	if s.prio > 0 {
 		s.rt = s.set(true)
 		s.realtime.Store(s.rt)
+		return
 	}
+	s.set(false)
 }
 
 // tick measures the thread's share once per rtWindow and moves it between

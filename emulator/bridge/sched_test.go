@@ -73,3 +73,19 @@ func TestTxSchedTick(t *testing.T) {
 		})
 	}
 }
+
+// TestTxSchedStart: a transmit thread starts real-time at a priority,
+// else in the ordinary class a busy one is demoted to (nice -20, short slice).
+func TestTxSchedStart(t *testing.T) {
+	for _, prio := range []int{0, 10} {
+		var d Dir
+		var asked []bool
+		s := newTxSched("test", prio, 0.475, nil, &d)
+		s.cpu = func() time.Duration { return 0 }
+		s.set = func(rt bool) bool { asked = append(asked, rt); return true }
+		s.start(0)
+		if len(asked) != 1 || asked[0] != (prio > 0) || s.rt != (prio > 0) || d.txRealtime.Load() != (prio > 0) {
+			t.Errorf("priority %d: asked %v, real-time %v (reported %v)", prio, asked, s.rt, d.txRealtime.Load())
+		}
+	}
+}

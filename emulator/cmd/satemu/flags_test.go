@@ -70,16 +70,23 @@ func TestTxSchedFor(t *testing.T) {
 	on, off := bridge.RTBudget{RuntimeUs: 950000, PeriodUs: 1000000}, bridge.RTBudget{RuntimeUs: -1, PeriodUs: 1000000}
 	cases := []struct {
 		args   []string
+		cpus   int
 		budget bridge.RTBudget
+		prio   int
 		share  float64
 		warns  int
 	}{
-		{nil, on, 0.475, 0},
-		{nil, off, 0, 0},
-		{[]string{"-rt-share", "0.8"}, on, 0.8, 0},
-		{[]string{"-rt-share", "0"}, on, 0, 1},
-		{[]string{"-rt-share", "0"}, off, 0, 0},
-		{[]string{"-rt-priority", "0"}, on, 0, 0},
+		{nil, 2, on, 10, 0.475, 0},
+		{nil, 2, off, 10, 0, 0},
+		{[]string{"-rt-share", "0.8"}, 2, on, 10, 0.8, 0},
+		{[]string{"-rt-share", "0"}, 2, on, 10, 0, 1},
+		{[]string{"-rt-share", "0"}, 2, off, 10, 0, 0},
+		{[]string{"-rt-priority", "0"}, 2, on, 0, 0, 0},
+		// Pinned to one CPU: ordinary threads, unless real time is asked for by name.
+		{nil, 1, on, 0, 0, 0},
+		{[]string{"-rt-share", "0"}, 1, on, 0, 0, 0},
+		{[]string{"-rt-priority", "10"}, 1, on, 10, 0.475, 1},
+		{[]string{"-rt-priority", "0"}, 1, on, 0, 0, 0},
 	}
 	for _, c := range cases {
 		o, err := parseFlags(append([]string{"-a", "x0", "-b", "x1", "-config", "c.json"}, c.args...), io.Discard)
@@ -87,9 +94,12 @@ func TestTxSchedFor(t *testing.T) {
 			t.Fatalf("%v: %v", c.args, err)
 		}
 		warns := 0
-		r := txSchedFor(o, c.budget, func(string, ...any) { warns++ })
-		if math.Abs(r.RTShare-c.share) > 1e-9 || warns != c.warns || r.Budget != c.budget {
-			t.Errorf("%v with %+v: share %v, %d warnings, budget %+v; want %v, %d", c.args, c.budget, r.RTShare, warns, r.Budget, c.share, c.warns)
+		r := txSchedFor(o, c.cpus, c.budget, func(string, ...any) { warns++ })
+		demoted := c.prio == 0 && o.rtPrio > 0
+		if r.RTPriority != c.prio || math.Abs(r.RTShare-c.share) > 1e-9 || warns != c.warns || r.Budget != c.budget ||
+			(r.Why != "") != demoted {
+			t.Errorf("%v on %d CPUs with %+v: priority %d (%q), share %v, %d warnings, budget %+v; want %d, %v, %d",
+				c.args, c.cpus, c.budget, r.RTPriority, r.Why, r.RTShare, warns, r.Budget, c.prio, c.share, c.warns)
 		}
 	}
 	for _, bad := range []string{"-0.5", "1.5", "-2"} {

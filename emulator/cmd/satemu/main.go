@@ -54,6 +54,7 @@ type options struct {
 	noBypass                         bool
 	spinUs, gridUs, rtPrio, rxRTPrio int
 	rtShare                          float64
+	rtPrioSet                        bool // -rt-priority given, not the default
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -69,12 +70,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.io, "io", "auto", "packet path: tpacket (TPACKET_V3 receive ring, sendmmsg), socket (recvmmsg/sendmmsg), auto (socket on links shaped to at most 20 Mbit/s in both directions, else tpacket, else socket)")
 	fs.IntVar(&o.spinUs, "spin-us", 200, "busy-wait this many microseconds before each departure for timing precision (0 = sleep only)")
 	fs.IntVar(&o.gridUs, "grid-us", 250, "on links whose full-size frame takes 1 ms or more (12 Mbit/s and slower), departures wait for the next point of a grid this many microseconds apart on the machine's monotonic clock, shared by every satemu, so transmit threads wake together (0 = each frame at its own time)")
-	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off); a warning if not permitted")
+	fs.IntVar(&o.rtPrio, "rt-priority", 10, "run transmit threads under SCHED_FIFO at this priority (1-99, 0 = off: nice -20); off by default where satemu may run on one CPU only; a warning if not permitted")
 	fs.Float64Var(&o.rtShare, "rt-share", -1, "a transmit thread using more than this share of a CPU (over 100 ms) leaves SCHED_FIFO for nice -20 until it falls below a quarter of it; -1 = half the kernel's real-time budget (kernel.sched_rt_runtime_us/period, no limit when it is -1), 0 = stay real-time")
 	fs.IntVar(&o.rxRTPrio, "rx-rt-priority", 0, "run the receive loops under SCHED_FIFO at this priority too (1-99, 0 = off): for high rates on a loaded machine")
 	if err := fs.Parse(args); err != nil {
 		return o, usageError{err}
 	}
+	fs.Visit(func(f *flag.Flag) { o.rtPrioSet = o.rtPrioSet || f.Name == "rt-priority" })
 	if fs.NArg() > 0 {
 		return o, usageError{fmt.Errorf("unexpected arguments %v", fs.Args())}
 	}
@@ -114,7 +116,20 @@ type txSchedReport struct {
 	RTPriority int             `json:"rt_priority"` // 0: ordinary threads
 	RTShare    float64         `json:"rt_share"`    // CPU share that ends SCHED_FIFO; 0 = none
 	Budget     bridge.RTBudget `json:"kernel"`
+	Why        string          `json:"why,omitempty"` // why the default SCHED_FIFO was not used
 }
+
+// oneCPU is why transmit threads pinned to one CPU stay ordinary unless
+// -rt-priority asks otherwise. Go's runtime at times waits for another of
+// its threads by spinning with sched_yield (suspending a goroutine for the
+// garbage collector's stack scan, a goroutine's status change), and
+// sched_yield never hands a CPU from a SCHED_FIFO thread to an ordinary
+// one. With one CPU allowed, the thread waited for can only run where the
+// real-time one spins, so the spin ends only when the kernel's real-time
+// throttle stops it: in a Global Hawk matrix, whose cells each run on one
+// core, a transmit thread held its core for 0.95 s at a time, stalling every
+// cell pinned there (docs/benchmarks/matrix.md).
+const oneCPU = "one CPU allowed: a real-time thread spinning in Go's runtime for another of its threads would hold it until the kernel's real-time throttle"
 
 // finalReport is emulator.json.
 type finalReport struct {
@@ -201,10 +216,18 @@ func openPorts(o options, cfg *config.Config, stderr io.Writer) (pa, pb *rawsock
 	return pa, pb, ioSocket, err
 }
 
-// txSchedFor resolves -rt-share against the kernel's real-time budget.
-func txSchedFor(o options, budget bridge.RTBudget, warn func(string, ...any)) txSchedReport {
+// txSchedFor resolves -rt-priority against the CPUs satemu may run on
+// (oneCPU) and -rt-share against the kernel's real-time budget.
+func txSchedFor(o options, cpus int, budget bridge.RTBudget, warn func(string, ...any)) txSchedReport {
 	r := txSchedReport{RTPriority: o.rtPrio, RTShare: o.rtShare, Budget: budget}
-	if o.rtPrio == 0 {
+	if o.rtPrio > 0 && cpus == 1 {
+		if !o.rtPrioSet {
+			r.RTPriority, r.Why = 0, oneCPU
+		} else {
+			warn("transmit threads under SCHED_FIFO with %s", oneCPU)
+		}
+	}
+	if r.RTPriority == 0 {
 		r.RTShare = 0
 	} else if o.rtShare < 0 {
 		r.RTShare = 0
@@ -272,7 +295,8 @@ func run(args []string, stderr io.Writer) error {
 		warn("%v; taken as unlimited", err)
 		budget.RuntimeUs = -1
 	}
-	sched := txSchedFor(o, budget, warn)
+	// NumCPU: the CPUs of the affinity mask satemu started with.
+	sched := txSchedFor(o, runtime.NumCPU(), budget, warn)
 	started := time.Now()
 	clock := func() time.Duration { return time.Since(started) }
 	var mono unix.Timespec
@@ -281,7 +305,7 @@ func run(args []string, stderr io.Writer) error {
 	}
 	gridOrigin := time.Duration(mono.Nano()) - clock()
 	br, err := bridge.New(cfg, seed, clock, pa, pb, bridge.Options{
-		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: o.rtPrio, RxRTPriority: o.rxRTPrio,
+		Spin: time.Duration(o.spinUs) * time.Microsecond, RTPriority: sched.RTPriority, RxRTPriority: o.rxRTPrio,
 		RTShare: sched.RTShare, Grid: time.Duration(o.gridUs) * time.Microsecond, GridOrigin: gridOrigin,
 		// Ethernet header plus one VLAN tag above the larger MTU.
 		FrameSize: max(pa.MTU, pb.MTU) + 18, IO: ioPath, Warn: warn})
