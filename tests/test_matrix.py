@@ -249,6 +249,35 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     assert admission.Admission.for_host(2, host).simulate(full[1:5], [100, 100, 100, 100]) == 200
 
 
+
+def test_calibration_rescales_a_kind_by_what_its_finished_cells_took(tmp_path):
+    """A finished cell's CPU over its wall time, against its model, rescales
+    the cells of its kind (client, PEP, options, BER) still to start or
+    warming; a kind with nothing finished borrows its PEP, options and BER's
+    ratio, and one with neither keeps the model."""
+    from satbed.execution import admission, matrix
+    cells = matrix.load(write(tmp_path, "fixed: {pep: none, rate: 8mbit, emulator: userspace}\n"
+                                        "axes: {client: [scp, ftp], ber: [0, 1e-5], rtt: [100, 300, 600]}\n")).cells
+    model = {c.hash: c.cost for c in cells}
+    kind = {(c.params["client"], c.params["ber"], c.params["rtt"]): c for c in cells}
+    cal = admission.Calibration()
+    first = kind[("scp", 0, 100)]
+    cal.learn(first, cpu_s=0.5 * model[first.hash] * 100, seconds=100)      # took half its model
+    cal.learn(kind[("scp", 0, 600)], cpu_s=None, seconds=100)                # no group: nothing learnt
+    cal.learn(kind[("scp", 0, 300)], cpu_s=50.0, seconds=5)                  # mostly setup: nothing learnt
+    cal.recost(cells)
+    assert kind[("scp", 0, 300)].cost == pytest.approx(0.5 * model[kind[("scp", 0, 300)].hash])
+    assert kind[("ftp", 0, 600)].cost == pytest.approx(0.5 * model[kind[("ftp", 0, 600)].hash])  # borrowed
+    assert kind[("scp", 1e-5, 600)].cost == model[kind[("scp", 1e-5, 600)].hash]                # nothing known
+    ftp = kind[("ftp", 0, 100)]
+    cal.learn(ftp, cpu_s=100 * model[ftp.hash] * 100, seconds=100)             # a hundredfold: capped at 4
+    cal.recost(cells)
+    assert kind[("ftp", 0, 600)].cost == pytest.approx(4 * model[kind[("ftp", 0, 600)].hash])
+    assert kind[("scp", 0, 600)].cost == pytest.approx(0.5 * model[kind[("scp", 0, 600)].hash])  # its own kind
+    cal.recost(cells)       # again: from the model, not from the last cost
+    assert kind[("scp", 0, 600)].cost == pytest.approx(0.5 * model[kind[("scp", 0, 600)].hash])
+
+
 @needs_root
 def test_a_cells_control_group_counts_what_it_started_and_goes_when_it_ends():
     """The admission reads a warming cell's load from its group: every

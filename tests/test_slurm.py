@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -25,7 +26,7 @@ from satbed.backends import docker
 from satbed.core.errors import SatbedError
 from satbed.execution import fidelity, slurm
 from satbed.results import store
-from satbed.results.store import Store
+from satbed.results.store import CellRow, Store
 
 CLUSTER = os.path.join(REPO, "docker", "slurm", "cluster.sh")
 # Where the tcp client's receiver writes, in a cell's directory, as bytes arrive.
@@ -103,26 +104,37 @@ def _rows(out: str) -> list:
 
 # ------------------------------------------------------------ no cluster needed
 
-def test_a_format_1_store_gains_the_node_column_and_keeps_its_rows(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_gains_the_later_columns_and_keeps_its_rows(tmp_path, version):
     path = str(tmp_path / "results.sqlite")
     db = sqlite3.connect(path)
-    assert " node " not in store_schema_v1()
-    db.executescript(store_schema_v1())
+    schema = store_schema(version)
+    assert " cpu_s " not in schema and (" node " in schema) == (version == 2)
+    db.executescript(schema)
     db.execute("INSERT INTO cells (hash, experiment, params, config, repetition, status) "
                "VALUES ('h1', 'e', '{}', '{}', 0, 'ok')")
-    db.execute("PRAGMA user_version = 1")
+    db.execute(f"PRAGMA user_version = {version}")
     db.commit()
     db.close()
+    with Store(path, read_only=True) as kept:        # read as it is: its later columns unknown
+        [row] = kept.cells()
+        assert row.hash == "h1" and row.node is None and row.cpu_s is None
     with Store(path) as opened:
         [row] = opened.cells()
-        assert row.hash == "h1" and row.node is None
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+        assert row.hash == "h1" and row.node is None and row.cpu_s is None
+        opened.put(CellRow(hash="h2", experiment="e", params={}, config={}, repetition=0, status="ok",
+                           node="n1", cpu_s=12.5))
+        assert (opened.get("h2").node, opened.get("h2").cpu_s) == ("n1", 12.5)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == store.STORE_FORMAT == 3
 
 
-def store_schema_v1() -> str:
-    """The format 1 shape: today's, less the node column."""
-    return store.SCHEMA.replace(",\n    node        TEXT                -- the machine that ran it "
-                                "(a Slurm node's name, else this host's)", "")
+def store_schema(version: int) -> str:
+    """An older format's shape: today's, less the columns added since."""
+    later = [name for name, _ in store.LATER_COLUMNS][version - 1:]
+    lines = store.SCHEMA.split("\n")
+    kept = [line for line in lines if line.split()[:1] not in ([n] for n in later)]
+    # The table's last column ends without a comma.
+    return re.sub(r",([ \t]*(?:--[^\n]*)?\n\);)", r"\1", "\n".join(kept), count=1)
 
 
 def test_a_requeued_task_clears_what_its_lost_attempt_left(tmp_path):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import collections
 import os
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 from satbed.model.experiment import Cell
@@ -185,6 +186,59 @@ class Admission:
             running.sort(key=lambda r: r[0])
             now, _ = running.pop(0)
         return now
+
+
+@dataclass
+class Calibration:
+    """The model's costs corrected by what cells measurably took. A cell's
+    cost is a guess made once for every machine (estimate.cell_cost); as
+    cells finish, each one's mean load (its control group's CPU seconds over
+    its wall time, its setup and analysis included) against its modelled
+    cost gives a ratio for its kind: the same client, PEP, PEP options and
+    BER, whose cells differ in the round-trip time the model already scales
+    by. Cells not yet started, and those still warming up, then cost their
+    model times the median ratio of their kind, else of their PEP, options
+    and BER; a kind with no finished cell keeps the model. Shrinks the
+    reserve the admission keeps for warming cells the model overrates, and
+    grows it for those it underrates."""
+    model: dict[str, float] = field(default_factory=dict)         # cell hash: its modelled cost
+    ratios: dict[tuple, list[float]] = field(default_factory=dict)
+
+    MIN_S = 20.0           # a shorter cell is mostly setup: no measure of its steady load
+    RATIO_RANGE = (0.25, 4.0)
+
+    @staticmethod
+    def kinds(cell: Cell) -> tuple[tuple, tuple]:
+        """Its kind, finest first."""
+        p = cell.params
+        coarse = (str(p.get("pep", "")), str(p.get("pep_options", "")), str(p.get("ber", "")))
+        return (str(p.get("client", "")), *coarse), coarse
+
+    def model_cost(self, cell: Cell) -> float:
+        return self.model.setdefault(cell.hash, cell.cost)
+
+    def learn(self, cell: Cell, cpu_s: float | None, seconds: float | None) -> None:
+        """A finished cell's CPU seconds over its wall time."""
+        model = self.model_cost(cell)
+        if cpu_s is None or not seconds or seconds < self.MIN_S or model <= 0:
+            return
+        lo, hi = self.RATIO_RANGE
+        ratio = min(hi, max(lo, cpu_s / seconds / model))
+        for kind in self.kinds(cell):
+            self.ratios.setdefault(kind, []).append(ratio)
+
+    def ratio(self, cell: Cell) -> float | None:
+        for kind in self.kinds(cell):
+            if kind in self.ratios:
+                return statistics.median(self.ratios[kind])
+        return None
+
+    def recost(self, cells: Sequence[Cell]) -> None:
+        """Set each cell's cost to its model times its kind's ratio."""
+        for cell in cells:
+            model = self.model_cost(cell)
+            ratio = self.ratio(cell)
+            cell.cost = model if ratio is None else model * ratio
 
 
 @dataclass

@@ -45,12 +45,20 @@ class Child:
     out: str = ""             # the results directory (a batch's cells are collected from it one by one)
     cpus: frozenset[int] | None = None   # the cores it was pinned to (admission.CorePlacement); None: all
     group: CellGroup | None = None       # its control group (cellgroup), where one could be made
+    cpu_mark: float = 0.0     # the group's CPU seconds when `cell` started
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds the current cell's processes took so far (its group's,
+        since the cell started); None without a group."""
+        used = self.group.cpu_s() if self.group is not None else None
+        return None if used is None else max(0.0, used - self.cpu_mark)
 
     def next_cell(self) -> None:
         """The batch's current cell was collected: the clock starts for the next."""
         self.batch.pop(0)
         now = time.monotonic()
         if self.batch:
+            self.cpu_mark += self.cpu_s() or 0.0
             self.cell, self.started, self.mono = self.batch[0], time.time(), now
             self.deadline = now + self.cell.timeout_s
         else:
@@ -197,8 +205,10 @@ def as_running(children: list[Child], now: float) -> list[Running]:
 def collect(child: Child, cell_dir: str, status_override: str | None = None, rc: int | None = None) -> CellRow:
     """The row of child's current cell; rc: the cell's own exit status (a
     batch's cells record theirs), else the child process's."""
-    return collect_cell(child.cell, child.started, cell_dir, child.proc.returncode if rc is None else rc,
-                        status_override)
+    row = collect_cell(child.cell, child.started, cell_dir, child.proc.returncode if rc is None else rc,
+                       status_override)
+    row.cpu_s = child.cpu_s()
+    return row
 
 
 def collect_cell(cell: Cell, started: float, cell_dir: str, rc: int | None,

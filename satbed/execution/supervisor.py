@@ -1,6 +1,6 @@
 """`satbed matrix`'s parent: cells (and batches of them) run in parallel,
 each in its own child process and its own prefixed testbed, admitted by
-their modelled CPU cost, stopped at their time limit, and recorded in
+the measured load and their cost (admission), stopped at their time limit, and recorded in
 DIR/results.sqlite. A second run of the same file skips finished cells; a
 killed matrix's children still running are adopted by the next. Cells whose
 PEP this machine lacks (its adapter's `available`, pep/CONTRACT.md) are
@@ -23,7 +23,7 @@ from satbed.core.errors import SatbedError
 from satbed.core.proc import require_root
 from satbed.core.units import human_bps
 from satbed.execution import cellgroup
-from satbed.execution.admission import Admission, CorePlacement, CpuMeter, host_info, pending_load
+from satbed.execution.admission import Admission, Calibration, CorePlacement, CpuMeter, host_info, pending_load
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.cellgroup import CellGroup
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, as_running, clean_leftovers,
@@ -126,8 +126,11 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         executor.check_free(out)
     with Store(os.path.join(out, "results.sqlite")) as store:
         todo, skipped, adopted = [], 0, []
+        calibration = Calibration()
         for cell in exp.cells:
             row = store.get(cell.hash)
+            if row and row.status in DONE:
+                calibration.learn(cell, row.cpu_s, row.seconds)
             if row and (row.status in MEASURED or (row.status in DONE and not retry)):
                 skipped += 1
             elif executor is None and (live := running_child(os.path.join(out, "cells", cell.hash))):
@@ -142,6 +145,7 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
                                   repetition=cell.repetition, status=UNAVAILABLE, error=missing[cell.hash],
                                   estimate=cell.estimate_s, attempts=0))
         todo = [c for c in todo if c.hash not in missing]
+        calibration.recost(todo)
         admit = Admission.for_host(jobs, host)
         meter = CpuMeter()
         # Pinning needs every process of a cell to inherit the worker's cores:
@@ -183,6 +187,9 @@ def _run_locked(exp: Experiment, out: str, jobs: int | None, backend: str, retry
         def put(cell: Cell, row: CellRow) -> None:
             row.experiment = exp.name
             store.put(row)
+            if row.status in DONE:
+                calibration.learn(cell, row.cpu_s, row.seconds)
+                calibration.recost([c for b in pending for c in b] + [ch.cell for ch in running.values()])
             counts[row.status] = counts.get(row.status, 0) + 1
             note = human_bps(row.goodput_bps) if row.goodput_bps else (
                 f"rtt {row.metrics['rtt_ms_avg']:.1f} ms" if "rtt_ms_avg" in row.metrics else "")

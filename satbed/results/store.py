@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS cells (
     seconds     REAL,
     estimate    REAL,               -- what the scheduler expected, for the ETA
     attempts    INTEGER NOT NULL DEFAULT 1,
-    node        TEXT                -- the machine that ran it (a Slurm node's name, else this host's)
+    node        TEXT,               -- the machine that ran it (a Slurm node's name, else this host's)
+    cpu_s       REAL                -- CPU seconds its processes took (its control group), where measured
 );
 CREATE TABLE IF NOT EXISTS runs (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,7 +57,10 @@ CREATE TABLE IF NOT EXISTS runs (
 # The store's format (SQLite's user_version): 0 for stores written before it
 # was set (the same shape), raised when the shape changes. A store of a newer
 # format, or of another shape, is refused in one line rather than misread.
-STORE_FORMAT = 2           # 2: cells.node
+STORE_FORMAT = 3           # 2: cells.node; 3: cells.cpu_s
+# Columns of cells added after format 1, in the order they came: an older
+# store lacks a tail of them, and a store opened for writing gains them.
+LATER_COLUMNS = (("node", "TEXT"), ("cpu_s", "REAL"))
 LATEST_EPOCH_S = 1e11       # year 5138: a timestamp beyond it is damage, and beyond what gmtime takes
 
 # Statuses that count as done: a resumed run skips them (unless retrying).
@@ -87,6 +91,13 @@ class CellRow:
     estimate: float | None = None
     attempts: int = 1
     node: str | None = None
+    cpu_s: float | None = None
+
+
+def _older_shapes(want: set[str]) -> list[set[str]]:
+    """The cells table's columns in each format older than this one."""
+    names = [n for n, _ in LATER_COLUMNS]
+    return [want - set(names[i:]) for i in range(len(names))]
 
 
 class Store:
@@ -112,10 +123,12 @@ class Store:
             # Databases written before runs had a reference gain the column.
             if "reference" not in {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}:
                 self.db.execute("ALTER TABLE runs ADD COLUMN reference TEXT")
-            # Format 1 stores gain the node each cell ran on (unknown for their rows).
+            # Older stores gain the columns added since (unknown for their rows).
             cells_columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
-            if cells_columns == {f.name for f in dataclasses.fields(CellRow)} - {"node"}:
-                self.db.execute("ALTER TABLE cells ADD COLUMN node TEXT")
+            if cells_columns in _older_shapes({f.name for f in dataclasses.fields(CellRow)}):
+                for name, kind in LATER_COLUMNS:
+                    if name not in cells_columns:
+                        self.db.execute(f"ALTER TABLE cells ADD COLUMN {name} {kind}")
             self.db.commit()
             # A database of another shape (or a damaged one) fails here, not mid-matrix.
             columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
@@ -142,7 +155,7 @@ class Store:
                                   f"({STORE_FORMAT}): use the satbed that wrote it")
             columns = {r[1] for r in self.db.execute("PRAGMA table_info(cells)")}
             want = {f.name for f in dataclasses.fields(CellRow)}
-            if columns not in (want, want - {"node"}):     # format 1 lacks the node: read as unknown
+            if columns != want and columns not in _older_shapes(want):   # older: its later columns read as unknown
                 raise SatbedError(f"{path}: not a satbed results database (its cells table has columns "
                                   f"{', '.join(sorted(columns ^ want)) or 'none'} that format {STORE_FORMAT} does not)")
             self.db.execute("SELECT hash, params, config, status, metrics FROM cells LIMIT 1").fetchall()
@@ -169,11 +182,11 @@ class Store:
         attempts = old.attempts + (row.status != UNAVAILABLE) if old else row.attempts
         self.db.execute(
             "INSERT OR REPLACE INTO cells (hash, experiment, params, config, repetition, status, error,"
-            " goodput_bps, metrics, started, finished, seconds, estimate, attempts, node)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " goodput_bps, metrics, started, finished, seconds, estimate, attempts, node, cpu_s)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (row.hash, row.experiment, _dump(row.params), _dump(row.config), row.repetition, row.status,
              row.error, row.goodput_bps, _dump(row.metrics), row.started, row.finished, row.seconds,
-             row.estimate, attempts, row.node))
+             row.estimate, attempts, row.node, row.cpu_s))
         self.db.commit()
 
     def cells(self, status: str | None = None) -> list[CellRow]:
@@ -244,7 +257,7 @@ def _row(cur: sqlite3.Cursor, r: tuple, path: str = "results.sqlite") -> CellRow
         raise SatbedError(f"{where}: damaged (status {doc.get('status')!r})")
     for k in ("started", "finished"):
         _timestamp(doc.get(k), where, k)
-    for k in ("seconds", "estimate", "goodput_bps"):
+    for k in ("seconds", "estimate", "goodput_bps", "cpu_s"):
         v = doc.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
             raise SatbedError(f"{where}: damaged ({k} {v!r})")
