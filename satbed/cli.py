@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("matrix", help="run an experiment matrix (experiments/*.yaml) in parallel")
     m.add_argument("file", help="experiment file, e.g. experiments/quick.yaml")
-    m.add_argument("--jobs", type=int, default=None, help="exactly N cells at once (default: as many as 80%% of the cores carry, by each cell's modelled CPU cost)")
+    m.add_argument("--jobs", type=int, default=None, help="exactly N cells at once (default: as many as 90%% of the cores carry, by each cell's modelled CPU cost)")
     m.add_argument("--out", default="runs/matrix", help="results directory (default ./runs/matrix)")
     m.add_argument("--backend", default="mininet", choices=("mininet", "docker", "ansible"), help="testbed backend")
     m.add_argument("--inventory", metavar="FILE", help="with --backend ansible: the machines' Ansible inventory")

@@ -195,18 +195,18 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
                                        "axes: {rtt: [2000, 2500, 3000, 3500, 4000]}\n")).cells
     host = {"cores": 2, "mem_available": 16 << 30}
     admit = admission.Admission.for_host(None, host)
-    assert admit.budget == 1.6
+    assert admit.budget == pytest.approx(1.8)
     assert 0.1 < fast[0].cost < 0.12 and slow[-1].cost < 0.035     # 7.6 Mbit/s vs a loss-bound crawl
     running: list = []
     while (i := admit.pick(fast, [admission.Running(c, 0.0) for c in running])) is not None:
         running.append(fast.pop(i))
-    assert len(running) == 14                    # 14 x 0.114 cores: a fifteenth would pass 1.6
+    assert len(running) == 15                    # 15 x 0.114 cores: a sixteenth would pass 1.8
     full = list(running)
-    running.pop()                                # one ends: four crawling ones fit in its place
+    running.pop()                                # one ends: the five crawling ones fit in its place
     while (i := admit.pick(slow, [admission.Running(c, 0.0) for c in running])) is not None:
         running.append(slow.pop(i))
-    assert len(running) == 17
-    assert sum(c.cost for c in running) <= 1.6
+    assert len(running) == 19 and not slow
+    assert sum(c.cost for c in running) <= 1.8
     assert admit.pick([], []) is None and admit.pick(full, []) == 0
     # Measured: the busy cores hold the cells as they are now; a cell still
     # warming up adds what its model says it is yet to take (less what its
@@ -216,9 +216,9 @@ def test_admission_fills_the_cpu_budget_by_cost(tmp_path):
     settled = [admission.Running(c, c.warmup_s) for c in full]
     warm = [admission.Running(c, c.warmup_s - 1) for c in full]
     assert admit.pick(full, settled) is None                      # no measurement: the model alone
-    assert admit.pick(full, settled, busy=0.5) == 0               # 14 cells measured at 0.5 cores
+    assert admit.pick(full, settled, busy=0.5) == 0               # 15 cells measured at 0.5 cores
     assert admit.pick(full, warm, busy=0.5) is None
-    assert admit.pick(full, settled, busy=1.55) is None           # another program, or a model too low
+    assert admit.pick(full, settled, busy=1.75) is None           # another program, or a model too low
     load = admission.Admission.load
     assert load(settled[:2] + warm[:1], 0.25) == pytest.approx(0.25 + full[0].cost)
     measured = [w._replace(cores=0.04) for w in warm[:3]]
@@ -584,6 +584,34 @@ def test_wall_estimate_interpolates_measured_cells(tmp_path):
     assert est["cells_without_measurement"] == 0 and est["cells_expected_to_stall"] == 0
     assert est["overhead_s"] == {"base": 4.0, "per_mb": 0.0}
     assert est["wall_seconds"] == pytest.approx(90.45, abs=0.5)      # whole seconds: 90
+
+
+def test_wall_estimate_costs_cells_by_the_cpu_their_measured_kind_took(tmp_path, monkeypatch):
+    """Stored cells that kept their CPU seconds calibrate the admission the
+    estimate simulates, as a running matrix calibrates its own: cells that
+    took four times their model's cores run fewer at once."""
+    from satbed.execution import admission, estimate, matrix
+    from satbed.results.store import CellRow, Store
+    monkeypatch.setattr(admission, "host_info", lambda: {"cores": 2, "mem_available": 8 << 30})
+    exp = matrix.load(write(tmp_path, "fixed: {pep: none, emulator: userspace, size: 1M, rate: 8mbit}\n"
+                                      "axes: {client: [ftp, scp], rtt: [0, 100, 300, 600], ber: [0, 1e-7]}\n"))
+
+    def store(name: str, ratio: float | None) -> str:
+        path = str(tmp_path / name / "results.sqlite")
+        os.makedirs(os.path.dirname(path))
+        with Store(path) as s:
+            for i, c in enumerate(exp.cells):
+                s.put(CellRow(hash=c.hash, experiment="x", params=c.params, config=c.config, repetition=0,
+                              status="ok", goodput_bps=7e6, metrics={"seconds": 96.0}, seconds=100.0,
+                              cpu_s=None if ratio is None else ratio * c.cost * 100.0))
+        return path
+
+    model = estimate.wall_estimate(exp, [store("none", None)])
+    same = estimate.wall_estimate(exp, [store("same", 1.0)])
+    heavy = estimate.wall_estimate(exp, [store("heavy", 4.0)])
+    assert model["cells_measuring_cpu"] == 0 and heavy["cells_measuring_cpu"] == len(exp.cells) == 16
+    assert same["wall_seconds"] == model["wall_seconds"]
+    assert heavy["wall_seconds"] > 2 * model["wall_seconds"]
 
 
 # --- real runs -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import NamedTuple, Sequence
 
 from satbed.model.experiment import Cell
 
-CPU_SHARE = 0.8      # of the cores, for cells; the rest for the parent and testbed setups
+CPU_SHARE = 0.9      # of the cores, for cells; the rest for the parent and testbed setups
 CELL_MEMORY = 300 << 20
 # A cell modelled above this many cores may need more than one, so it is
 # not pinned to one (CorePlacement).
@@ -208,9 +208,8 @@ class Calibration:
     RATIO_RANGE = (0.25, 4.0)
 
     @staticmethod
-    def kinds(cell: Cell) -> tuple[tuple, tuple]:
-        """Its kind, finest first."""
-        p = cell.params
+    def kinds(p: dict) -> tuple[tuple, tuple]:
+        """A cell's kind, from its parameters, finest first."""
         coarse = (str(p.get("pep", "")), str(p.get("pep_options", "")), str(p.get("ber", "")))
         return (str(p.get("client", "")), *coarse), coarse
 
@@ -219,16 +218,22 @@ class Calibration:
 
     def learn(self, cell: Cell, cpu_s: float | None, seconds: float | None) -> None:
         """A finished cell's CPU seconds over its wall time."""
-        model = self.model_cost(cell)
+        self.measured(cell.params, self.model_cost(cell), cpu_s, seconds)
+
+    def measured(self, params: dict, model: float, cpu_s: float | None, seconds: float | None) -> bool:
+        """A finished cell of these parameters and this modelled cost, not
+        necessarily one of this matrix (estimate.wall_estimate learns from
+        stored results): whether it taught anything."""
         if cpu_s is None or not seconds or seconds < self.MIN_S or model <= 0:
-            return
+            return False
         lo, hi = self.RATIO_RANGE
         ratio = min(hi, max(lo, cpu_s / seconds / model))
-        for kind in self.kinds(cell):
+        for kind in self.kinds(params):
             self.ratios.setdefault(kind, []).append(ratio)
+        return True
 
     def ratio(self, cell: Cell) -> float | None:
-        for kind in self.kinds(cell):
+        for kind in self.kinds(cell.params):
             if kind in self.ratios:
                 return statistics.median(self.ratios[kind])
         return None

@@ -10,7 +10,7 @@ import os
 from satbed.backends import clients
 from satbed.backends.clients.base import stall_limit
 from satbed.core.errors import SatbedError
-from satbed.execution.admission import Admission
+from satbed.execution.admission import Admission, Calibration
 from satbed.model.config import RunConfig
 from satbed.model.experiment import Cell, Experiment
 from satbed.results.store import CellRow, Store
@@ -155,7 +155,9 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     proportional to RTT), scaled to each cell's size and capped at the
     clients' stall limit; a stalled measurement counts as its limit (a lower
     bound). Plus the measured per-cell overhead (setup, handshakes, teardown,
-    analysis), fitted as a + b x size. Cells run longest first under the admission."""
+    analysis), fitted as a + b x size. Cells run longest first under the
+    admission, their costs calibrated by the measured cells' CPU
+    (admission.Calibration) where the store kept it."""
     rows: list[CellRow] = []
     for p in store_paths:
         if not os.path.isfile(p):
@@ -187,6 +189,12 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
             per_byte = client_limit(p, rate) / p["size"]
         points.setdefault((p["client"], p["pep"], p["ber"]), {}).setdefault(p["rtt"], []).append(per_byte)
     a, b = _fit(overheads)
+    # The admission's costs, corrected as a matrix corrects them: by what the
+    # measured cells of each kind took (their control groups' CPU seconds).
+    calibration = Calibration()
+    calibrated = sum(calibration.measured(r.params, model, r.cpu_s, r.seconds)
+                     for r in rows if (model := stored_cost(r)) is not None)
+    calibration.recost(exp.cells)
 
     def per_byte(cell: Cell) -> float | None:
         p = cell.params
@@ -216,7 +224,18 @@ def wall_estimate(exp: Experiment, store_paths: list[str], jobs: int | None = No
     return {"cells": len(exp.cells), "admission": admit.describe(), "cell_seconds": round(sum(t for t, _ in times)),
             "wall_seconds": round(wall), "wall": fmt_s(wall), "measured_cells": len(rows),
             "cells_expected_to_stall": stalled, "cells_without_measurement": modelled,
+            "cells_measuring_cpu": calibrated,
             "overhead_s": {"base": round(a, 1), "per_mb": round(b * (1 << 20), 3)}}
+
+
+def stored_cost(row: CellRow) -> float | None:
+    """The model's cost of a stored cell, from its stored configuration;
+    None where that no longer makes a RunConfig (a store from an older or
+    newer satbed, or none kept)."""
+    try:
+        return cell_cost(RunConfig.from_dict(row.config))
+    except (SatbedError, KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _fit(pairs: list[tuple[float, float]]) -> tuple[float, float]:
