@@ -6,6 +6,7 @@ error within a bound."""
 from __future__ import annotations
 
 import json
+import hashlib
 import os
 import select
 import subprocess
@@ -199,6 +200,33 @@ def test_integrity_failure_is_loud(tmp_path, capsys):
     assert r["integrity"] == "fail" and "integrity check failed" in r["error"]
     assert "INTEGRITY FAILURE" in capsys.readouterr().err
     assert not os.path.exists(payload.path) and not os.path.exists(bad)
+
+
+def test_a_matrix_makes_a_payload_once_and_never_sends_a_damaged_copy(tmp_path):
+    """The cells of one size and seed link the payload the first one made;
+    a cached copy is hashed again before it is used, and a damaged one is
+    made anew; a path that is a link to the cache is never written through."""
+    from satbed.backends.clients.payload import PayloadCache, make_payload
+    cache = PayloadCache(str(tmp_path / "cache"))
+    plain = make_payload(str(tmp_path / "plain"), 300_000, 7)
+    first = make_payload(str(tmp_path / "a" / "payload.bin"), 300_000, 7, cache)
+    second = make_payload(str(tmp_path / "b" / "payload.bin"), 300_000, 7, cache)
+    assert plain.sha256 == first.sha256 == second.sha256
+    assert os.stat(first.path).st_ino == os.stat(second.path).st_ino       # linked, not made again
+    (cached,) = os.listdir(cache.dir)
+    assert cached.endswith(f"-{plain.sha256}.bin")
+    other = make_payload(second.path, 300_000, 8, cache)                   # over the link: a new file
+    assert other.sha256 != plain.sha256 and os.stat(other.path).st_ino != os.stat(first.path).st_ino
+    with open(first.path, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == plain.sha256
+    with open(os.path.join(cache.dir, cached), "r+b") as f:                # damaged in the cache
+        f.seek(1000)
+        f.write(b"\0" * 8)
+    third = make_payload(str(tmp_path / "c" / "payload.bin"), 300_000, 7, cache)
+    with open(third.path, "rb") as f:
+        assert third.sha256 == plain.sha256 == hashlib.sha256(f.read()).hexdigest()
+    assert os.stat(third.path).st_ino != os.stat(first.path).st_ino
+    assert sorted(os.listdir(cache.dir)) == sorted([cached, f"payload-mt1-300000-8-{other.sha256}.bin"])
 
 
 def test_payload_is_seeded():

@@ -16,6 +16,7 @@ import os
 import signal
 import tempfile
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -141,6 +142,28 @@ def _watched(session: Session) -> None:
     with runner.watch.guarded([], [_Emulator()], interval=0.05):
         assert signal.getsignal(signal.SIGUSR1) is not from_watch
         time.sleep(5)   # the watcher's SIGUSR1 ends this
+
+
+class _Pep:
+    """A started PEP whose health is always up, counting how often it is asked."""
+
+    def __init__(self, name: str, runs_nothing: bool) -> None:
+        self.name, self.runs_nothing, self.started, self.asked = name, runs_nothing, True, 0
+        self.node = SimpleNamespace(name=f"node-{name}")
+
+    def health(self) -> tuple[bool, str]:
+        self.asked += 1
+        return True, f"{self.name}: up"
+
+
+def test_the_path_watch_asks_only_the_peps_that_run_something_during_the_transfer():
+    """`none` in a namespace starts nothing: asked before and after the
+    transfer, not every interval (40 cells at once asked 16 times a second)."""
+    none, pepd = _Pep("none", True), _Pep("pepd", False)
+    with runner.watch.guarded([none, pepd], [], interval=0.05):
+        time.sleep(0.5)
+    assert none.asked == 2
+    assert pepd.asked >= 6
 
 
 def _interrupted_twice(session: Session) -> None:

@@ -188,9 +188,10 @@ class Node:
         return proc
 
     def run(self, args: Sequence[str], timeout: float = 30, check: bool = True,
-            input: str | None = None) -> subprocess.CompletedProcess:
+            input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """env: the process's environment, as the sandbox's popen takes it (None: its default)."""
         proc = self.popen(args, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                          text=True)
+                          text=True, env=env)
         try:
             out, err = proc.communicate(input=input, timeout=timeout)
         except subprocess.TimeoutExpired:

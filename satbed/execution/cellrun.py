@@ -16,7 +16,7 @@ from collections.abc import Callable
 from satbed.core.errors import SatbedError, error_line
 from satbed.execution import runner
 from satbed.execution.batches import BATCH_FILE
-from satbed.execution.children import write_exit
+from satbed.execution.children import payload_cache, write_exit
 from satbed.model.config import RunConfig
 
 # What runs after a cell's transfer, with the cell's directory and
@@ -47,7 +47,8 @@ def run_cell(cell_dir: str, after_run: AfterRun) -> int:
     doc = _read_cell(cell_dir)
     try:
         cfg = RunConfig.from_dict(doc["config"])
-        _, result = runner.run(cfg, cell_dir, run_dir=cell_dir, backend=doc.get("backend", "mininet"))
+        _, result = runner.run(cfg, cell_dir, run_dir=cell_dir, backend=doc.get("backend", "mininet"),
+                               payloads=payload_cache(cell_dir))
         if _wants_analysis(cfg):
             os.nice(19)
             after_run(cell_dir, cfg)
@@ -81,7 +82,8 @@ def run_batch(batch_dir: str, after_run: AfterRun) -> int:
                 print(f"satbed: cell {doc['cells'][i]}: {result.get('error')}", file=sys.stderr, flush=True)
             write_exit(cell_dirs[i], code)
 
-        transfers = runner.run_batch(cfgs, cell_dirs, batch_dir, backend=doc.get("backend", "mininet"))
+        transfers = runner.run_batch(cfgs, cell_dirs, batch_dir, backend=doc.get("backend", "mininet"),
+                                     payloads=payload_cache(batch_dir))
         pending = []
         try:
             for i, result in transfers:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from satbed.backends import records
+from satbed.backends.clients.payload import PayloadCache
 from satbed.backends.testbed import clean
 from satbed.core import paths
 from satbed.core.errors import SatbedError
@@ -30,6 +31,7 @@ TERM_GRACE_S = 30           # a cell's teardown after SIGTERM; then SIGKILL and 
 CHILD_FILE = "cell.pid"     # {"pid", "start"} of the process running a cell
 EXIT_FILE = "cell.exit"     # its exit status, written as it ends
 NODE_FILE = "cell.node"     # {"node", ...}: the machine that ran it, when not this one (a Slurm task's)
+PAYLOADS_DIR = ".payloads"  # in the results directory: the payloads its cells share while it runs
 
 
 @dataclass
@@ -102,6 +104,18 @@ def running_child(cell_dir: str) -> tuple[int, int] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return (pid, start) if records.start_time(pid) == start else None
+
+
+def payload_cache(cell_dir: str) -> PayloadCache:
+    """The payloads a matrix's cells share; cell_dir is OUT/cells/HASH (or a
+    batch's OUT/batches/ID)."""
+    return PayloadCache(os.path.join(os.path.dirname(os.path.dirname(cell_dir)), PAYLOADS_DIR))
+
+
+def drop_payload_cache(out: str) -> None:
+    """Removed as a matrix starts and ends: no cell is running then, and a
+    killed matrix's are not kept into the next."""
+    shutil.rmtree(os.path.join(out, PAYLOADS_DIR), ignore_errors=True)
 
 
 def write_exit(cell_dir: str, code: int) -> None:

@@ -29,9 +29,10 @@ from satbed.model.config import RESULT_FORMAT, RunConfig
 
 
 def run(cfg: RunConfig, out: str, run_dir: str | None = None,
-        backend: str = "mininet") -> tuple[str, dict]:
+        backend: str = "mininet", payloads: PayloadCache | None = None) -> tuple[str, dict]:
     """Run one experiment; returns (run directory, result). Raises SatbedError
-    after writing the result when the run fails."""
+    after writing the result when the run fails. payloads: a matrix's
+    payloads made by its earlier cells."""
     cfg.validate(clients.REGISTRY)
     for name in {cfg.pep, *(p.name for p in cfg.peps.values())}:
         peps.check_backend(name, backend)
@@ -40,7 +41,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     out = paths.results_dir(out)
     # The payload and the received copy sit in the run directory side by side.
     paths.require_space(out, 2 * cfg.size_bytes, f"a {cfg.size_bytes} byte transfer (--size)")
-    session = Session(cfg, backend)
+    session = Session(cfg, backend, payloads)
     if run_dir is None:
         run_dir = os.path.join(out, f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.slug()}-{session.tb.prefix}")
     run_dir = session.open(run_dir)
@@ -81,7 +82,7 @@ def run(cfg: RunConfig, out: str, run_dir: str | None = None,
     return run_dir, result
 
 def run_batch(cfgs: list[RunConfig], run_dirs: list[str], session_dir: str,
-              backend: str = "mininet") -> Iterator[tuple[int, dict]]:
+              backend: str = "mininet", payloads: PayloadCache | None = None) -> Iterator[tuple[int, dict]]:
     """Transfers of one configuration on one testbed (a matrix batch): the
     testbed, its PEPs and the background traffic are built once from the
     first configuration and stay up; each transfer gets its own run
@@ -99,7 +100,7 @@ def run_batch(cfgs: list[RunConfig], run_dirs: list[str], session_dir: str,
     for name in {first.pep, *(p.name for p in first.peps.values())}:
         peps.check_backend(name, backend)
     paths.require_space(session_dir, 2 * max(c.size_bytes for c in cfgs), "the batch's largest transfer")
-    session = Session(first, backend)
+    session = Session(first, backend, payloads)
     session.open(session_dir)
     testbed_result: dict = {"format": RESULT_FORMAT, "started": time.time(), "testbed_prefix": session.tb.prefix,
                             "cells": [os.path.basename(d) for d in run_dirs]}

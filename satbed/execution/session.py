@@ -21,6 +21,7 @@ from satbed.backends import records
 from satbed.backends.captures import Captures
 from satbed.backends.net import NAMESPACES, Backend
 from satbed.backends.clients.base import ClientContext
+from satbed.backends.clients.payload import PayloadCache
 from satbed.backends.testbed import Testbed
 from satbed.core import paths, signals
 from satbed.core.errors import SatbedError
@@ -142,8 +143,8 @@ class Session:
     (run_batch) runs many short transfers on one, so a sweep does not pay a
     testbed build per transfer."""
 
-    def __init__(self, cfg: RunConfig, backend: str = "mininet"):
-        self.cfg, self.backend = cfg, backend
+    def __init__(self, cfg: RunConfig, backend: str = "mininet", payloads: PayloadCache | None = None):
+        self.cfg, self.backend, self.payloads = cfg, backend, payloads
         self.spec = topology.load(cfg.topology, cfg.topology_overrides)
         self.plan = plan(cfg, self.spec)
         self.client = clients.get(cfg.client)
@@ -244,7 +245,7 @@ class Session:
         ctx = ClientContext(ground=ground, aircraft=aircraft, direction=cfg.direction,
                             size_bytes=cfg.size_bytes, run_dir=t.run_dir, rate_bps=the_plan.path_rate_bps(),
                             rtt_ms=the_plan.path_rtt_ms(), seed=cfg.seed, time_limit_s=cfg.time_limit_s,
-                            rcvbuf=cfg.client_rcvbuf)
+                            rcvbuf=cfg.client_rcvbuf, payloads=self.payloads)
         if cfg.cwnd_interval_s:
             sender, receiver = (ground, aircraft) if cfg.direction == "upload" else (aircraft, ground)
             t.cwnd_sampler = cwnd.CwndSampler(sender, str(receiver.ip.ip), t.run_dir, cfg.cwnd_interval_s)

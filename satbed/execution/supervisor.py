@@ -27,8 +27,8 @@ from satbed.execution.admission import Admission, Calibration, CorePlacement, Cp
 from satbed.execution.batches import plan_batches, spawn_batch
 from satbed.execution.cellgroup import CellGroup
 from satbed.execution.children import (EXIT_FILE, TERM_GRACE_S, Child, Orphan, as_running, clean_leftovers,
-                                       collect, collect_cell, read_exit, running_child, signal_child, spawn,
-                                       stop_children)
+                                       collect, collect_cell, drop_payload_cache, read_exit, running_child,
+                                       signal_child, spawn, stop_children)
 from satbed.execution.estimate import fmt_s
 from satbed.execution.slurm import SlurmExecutor, array_dir, tasks_for
 from satbed.model import peps, topology
@@ -114,8 +114,10 @@ def run_matrix(exp: Experiment, out: str, jobs: int | None = None, backend: str 
         lock.close()
         raise SatbedError(f"another `satbed matrix` is running with --out {out}") from None
     try:
+        drop_payload_cache(out)
         return _run_locked(exp, out, jobs, backend, retry, stream, batch, executor)
     finally:
+        drop_payload_cache(out)
         lock.close()
 
 

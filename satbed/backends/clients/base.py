@@ -7,6 +7,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from satbed.backends.clients.payload import PayloadCache
 from satbed.backends.net import Host
 from satbed.core.settings import Settings
 
@@ -30,6 +31,9 @@ class ClientContext:
     # The receive buffer the client tool asks for (SO_RCVBUF; the kernel
     # doubles it), for tools that size their own: 0 leaves it to the tool.
     rcvbuf: int = 0
+    # Payloads a matrix's earlier cells made (a cell of one size and seed
+    # links theirs); None: each transfer makes its own.
+    payloads: PayloadCache | None = None
 
     def __post_init__(self) -> None:
         # Tools run with other working directories (sshd in /): never a relative path.

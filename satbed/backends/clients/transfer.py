@@ -10,9 +10,7 @@ fill the disk."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import random
 import glob
 import shlex
 import shutil
@@ -24,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from satbed.backends.clients.base import Client, ClientContext
+from satbed.backends.clients.payload import CHUNK, Payload, make_payload, sha256_file
 from satbed.core.errors import SatbedError
 from satbed.backends.net import Host, NamespaceSandbox, Node
 from satbed.core.proc import last_line, our_binary
@@ -41,7 +40,6 @@ PACKAGES = {
 # Daemons live in sbin, which a sudo'd or minimal PATH may lack.
 SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 SERVER_START_S = 10.0
-CHUNK = 1 << 20
 
 
 # satbed's own Go programs (bin/, `make build`) and the clients that need them.
@@ -70,13 +68,6 @@ def keep_files_wanted() -> bool:
 
 def keep_files(ctx: ClientContext) -> bool:
     return ctx.keep_files or keep_files_wanted()
-
-
-@dataclass
-class Payload:
-    path: str
-    size: int
-    sha256: str
 
 
 class FirstByte:
@@ -147,32 +138,6 @@ def prefix_matches(received: str, source: str) -> bool | None:
                 return False
             left -= n
     return True
-
-
-def make_payload(path: str, size: int, seed: int) -> Payload:
-    """Seeded random bytes: the same seed and size give the same file, so a
-    run can be repeated byte for byte; random so no link compresses it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    rng, digest, left = random.Random(seed), hashlib.sha256(), size
-    with open(path, "wb") as f:
-        while left:
-            block = rng.randbytes(min(CHUNK, left))
-            digest.update(block)
-            f.write(block)
-            left -= len(block)
-    os.chmod(path, 0o644)
-    return Payload(path, size, digest.hexdigest())
-
-
-def sha256_file(path: str) -> str | None:
-    try:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(CHUNK), b""):
-                digest.update(block)
-        return digest.hexdigest()
-    except OSError:
-        return None
 
 
 def listening(node: Node, port: int, proto: str = "tcp") -> bool:
@@ -261,7 +226,7 @@ class Run:
 
     def payload(self, path: str) -> Payload:
         self.files.append(path)     # first: an interrupt mid-write leaves no partial file
-        p = make_payload(path, self.ctx.size_bytes, self.ctx.seed)
+        p = make_payload(path, self.ctx.size_bytes, self.ctx.seed, self.ctx.payloads)
         self.note(f"payload {path}: {p.size} bytes sha256 {p.sha256}")
         return p
 
