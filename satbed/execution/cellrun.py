@@ -40,6 +40,11 @@ def _read_cell(cell_dir: str) -> dict:
         return json.load(f)
 
 
+def _results_dir(cell_or_batch_dir: str) -> str:
+    """OUT of OUT/cells/HASH or OUT/batches/ID."""
+    return os.path.dirname(os.path.dirname(cell_or_batch_dir))
+
+
 def run_cell(cell_dir: str, after_run: AfterRun) -> int:
     """One cell into its directory, then after_run at the lowest priority
     (tcptrace, and any graphs, take longer than a small transfer: niced, they
@@ -48,7 +53,7 @@ def run_cell(cell_dir: str, after_run: AfterRun) -> int:
     try:
         cfg = RunConfig.from_dict(doc["config"])
         _, result = runner.run(cfg, cell_dir, run_dir=cell_dir, backend=doc.get("backend", "mininet"),
-                               payloads=payload_cache(cell_dir))
+                               payloads=payload_cache(_results_dir(cell_dir)))
         if _wants_analysis(cfg):
             os.nice(19)
             after_run(cell_dir, cfg)
@@ -70,7 +75,7 @@ def run_batch(batch_dir: str, after_run: AfterRun) -> int:
     try:
         with open(os.path.join(batch_dir, BATCH_FILE), encoding="utf-8") as f:
             doc = json.load(f)
-        out = os.path.dirname(os.path.dirname(batch_dir))
+        out = _results_dir(batch_dir)
         cell_dirs = [os.path.join(out, "cells", h) for h in doc["cells"]]
         cfgs = [RunConfig.from_dict(_read_cell(d)["config"]) for d in cell_dirs]
 
@@ -83,7 +88,7 @@ def run_batch(batch_dir: str, after_run: AfterRun) -> int:
             write_exit(cell_dirs[i], code)
 
         transfers = runner.run_batch(cfgs, cell_dirs, batch_dir, backend=doc.get("backend", "mininet"),
-                                     payloads=payload_cache(batch_dir))
+                                     payloads=payload_cache(out))
         pending = []
         try:
             for i, result in transfers:

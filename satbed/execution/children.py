@@ -106,10 +106,9 @@ def running_child(cell_dir: str) -> tuple[int, int] | None:
     return (pid, start) if records.start_time(pid) == start else None
 
 
-def payload_cache(cell_dir: str) -> PayloadCache:
-    """The payloads a matrix's cells share; cell_dir is OUT/cells/HASH (or a
-    batch's OUT/batches/ID)."""
-    return PayloadCache(os.path.join(os.path.dirname(os.path.dirname(cell_dir)), PAYLOADS_DIR))
+def payload_cache(out: str) -> PayloadCache:
+    """The payloads the cells of the matrix in results directory `out` share."""
+    return PayloadCache(os.path.join(out, PAYLOADS_DIR))
 
 
 def drop_payload_cache(out: str) -> None:
